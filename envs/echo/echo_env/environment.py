@@ -1,0 +1,46 @@
+"""The echo environment: every step echoes its message; the reward is 0.1 per character; it never ends."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from envkit import Environment, State, tool
+
+from .models import EchoAction, EchoObservation
+
+REWARD_PER_CHARACTER = 0.1
+
+
+class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """Echoes each message back, rewarding 0.1 per character. Episodes never end by themselves."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    RUN_INLINE = True
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
+        return EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0)
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        self._state.step_count += 1
+        message = action.message
+        return EchoObservation(echoed_message=message, message_length=len(message),
+                               reward=len(message) * REWARD_PER_CHARACTER,
+                               metadata={"original_message": message, "step": self._state.step_count})
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @tool
+    def echo(self, message: str) -> EchoObservation:
+        """Echo a message back; longer messages earn more reward.
+
+        Args:
+            message: The message to echo.
+        """
+        return self.step(EchoAction(message=message))

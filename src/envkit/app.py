@@ -1,0 +1,142 @@
+"""`create_app`: serve an environment over WebSocket, and `run_server` to run it with uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import typing
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI
+
+from .environment import Action, Environment, Observation
+from .errors import ConfigurationError
+from .routes import build_router
+from .sessions import SessionPool
+from .tools import tool_specs
+from .ws_handler import SessionHandler
+
+__all__ = ["create_app", "run_server", "DEFAULT_MAX_MESSAGE_BYTES"]
+
+logger = logging.getLogger("envkit.server")
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+
+
+def create_app(
+    env: type[Environment] | Callable[[], Environment],
+    action_cls: type[Action],
+    observation_cls: type[Observation],
+    *,
+    env_name: str | None = None,
+    env_class: type[Environment] | None = None,
+    max_concurrent_envs: int = 1,
+    session_timeout_s: float | None = 300.0,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_workers: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> FastAPI:
+    """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+
+    Args:
+        env: the environment class, or a factory returning a fresh environment per session.
+        action_cls: the `Action` model that `step` frames are validated against.
+        observation_cls: the `Observation` model, published at `/schema`.
+        env_name: name shown at `/metadata`; defaults to the class name.
+        env_class: the class a factory builds, when `env` is not a class and has no return annotation.
+        max_concurrent_envs: sessions open at once; above 1 needs `SUPPORTS_CONCURRENT_SESSIONS`.
+        session_timeout_s: close sessions idle this long (None: never).
+        max_message_bytes: larger client frames get a `MESSAGE_TOO_BIG` error.
+        max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
+        metadata: extra fields for `/metadata`.
+
+    Raises:
+        ConfigurationError: settings that cannot work, e.g. concurrency the environment does not support.
+        ToolDefinitionError: a `@tool` method that cannot be described to a model.
+    """
+    env_class = env_class or _environment_class(env)
+    if max_concurrent_envs < 1:
+        raise ConfigurationError(f"max_concurrent_envs must be at least 1, got {max_concurrent_envs}")
+    if max_concurrent_envs > 1 and not env_class.SUPPORTS_CONCURRENT_SESSIONS:
+        raise ConfigurationError(
+            f"{env_class.__qualname__} does not declare SUPPORTS_CONCURRENT_SESSIONS = True, so it cannot serve "
+            f"{max_concurrent_envs} sessions at once; set it on the class if instances share no state, "
+            "or use max_concurrent_envs=1")
+    if session_timeout_s is not None and session_timeout_s <= 0:
+        raise ConfigurationError(f"session_timeout_s must be positive or None, got {session_timeout_s}")
+    if not (isinstance(action_cls, type) and issubclass(action_cls, Action)):
+        raise ConfigurationError(f"action_cls must be an envkit Action subclass, got {action_cls!r}")
+    if not (isinstance(observation_cls, type) and issubclass(observation_cls, Observation)):
+        raise ConfigurationError(f"observation_cls must be an envkit Observation subclass, got {observation_cls!r}")
+
+    tools = tool_specs(env_class)
+    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers)
+    handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await pool.shutdown()
+
+    name = env_name or env_class.__name__
+    app = FastAPI(title=f"{name} (envkit)", lifespan=lifespan)
+    app.state.envkit_pool = pool
+    app.include_router(build_router(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}))
+    app.add_api_websocket_route("/ws", handler)
+    return app
+
+
+def _environment_class(env: Any) -> type[Environment]:
+    if isinstance(env, type):
+        if not issubclass(env, Environment):
+            raise ConfigurationError(f"{env.__qualname__} is not an envkit Environment subclass")
+        return env
+    if callable(env):
+        try:
+            annotation = typing.get_type_hints(env).get("return")
+        except Exception:
+            annotation = None
+        if isinstance(annotation, type) and issubclass(annotation, Environment):
+            return annotation
+        raise ConfigurationError("cannot tell which Environment class the factory builds; annotate its return type "
+                                 "or pass env_class=... (the server checks it without building an environment)")
+    raise ConfigurationError(f"env must be an Environment class or a factory, got {env!r}")
+
+
+def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
+               on_started: Callable[[int], None] | None = None) -> None:
+    """Serve `app` with uvicorn until SIGINT/SIGTERM; sessions are closed with 1001 before the server stops.
+
+    Uses uvloop and httptools when installed. `on_started` gets the bound port (useful with port 0).
+    """
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if on_started is not None and self.servers:
+                on_started(self.servers[0].sockets[0].getsockname()[1])
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            pool = getattr(app.state, "envkit_pool", None)
+            if pool is not None:
+                await pool.shutdown()
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
+                            ws_max_size=max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4), timeout_graceful_shutdown=5,
+                            loop="auto", http="auto", lifespan="on")
+    GracefulServer(config).run()
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer from the process environment, with a clear error when it is not one."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"environment variable {name}={raw!r} is not an integer") from None
+

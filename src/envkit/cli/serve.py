@@ -1,0 +1,56 @@
+"""`envkit serve TARGET`: serve a bundled env, an env folder or `module:Class` over WebSocket."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+
+from ..errors import ConfigurationError
+
+
+@click.command("serve")
+@click.argument("target")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
+@click.option("--max-concurrent-envs", type=click.IntRange(min=1), default=None,
+              help="Sessions open at once [default: $MAX_CONCURRENT_ENVS, else 64, or 1 for single-session envs].")
+@click.option("--session-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
+def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
+            log_level: str) -> None:
+    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
+
+    TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
+
+    \b
+    Examples:
+      envkit serve echo --port 8001 --max-concurrent-envs 64
+      envkit serve ./my_env
+      envkit serve my_package.env:MyEnvironment --session-timeout 60
+    """
+    from ..app import run_server
+    from ..serving import app_from_environment, resolve_target
+
+    settings = {}
+    if max_concurrent_envs is not None:
+        settings["max_concurrent_envs"] = max_concurrent_envs
+    if session_timeout is not None:
+        settings["session_timeout_s"] = session_timeout
+    try:
+        resolved = resolve_target(target)
+        app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from None
+    pool = app.state.envkit_pool
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+    def announce(bound_port: int) -> None:
+        click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
+                   f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
+                   err=False)
+
+    run_server(app, host, port, log_level=log_level, on_started=announce)

@@ -1,0 +1,340 @@
+"""`EnvClient`: drive one served environment session, asynchronously or (via `.sync()`) synchronously.
+
+A session is one WebSocket connection. When it drops mid-episode, the pending call and every
+later `step`, `state` or tool call raise `SessionLostError`; only `reset()` opens a new session,
+because it starts a new episode anyway. Keepalive pings notice a vanished peer within
+`ping_interval + ping_timeout` seconds.
+
+Works against envkit servers and OpenEnv servers alike (reset, step, state, close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Coroutine, TypeVar
+
+import httpx
+import orjson
+from pydantic import BaseModel
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from .errors import CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
+from .protocol import REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
+
+__all__ = ["EnvClient", "SyncEnvClient", "StepResult", "ToolResult"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class StepResult:
+    """What `reset` and `step` return: the observation, its reward and whether the episode ended."""
+
+    observation: Any
+    reward: float | None
+    done: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returns: the text for the agent, plus the observation when the tool acted."""
+
+    tool: str
+    text: str
+    observation: Any = None
+    reward: float | None = None
+    done: bool | None = None
+
+
+def websocket_url(base_url: str) -> str:
+    """`http://h:p`, `ws://h:p` or either with `/ws` → the session endpoint `ws://h:p/ws`."""
+    url = base_url.rstrip("/")
+    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(http):
+            url = ws + url[len(http):]
+    if not url.startswith(("ws://", "wss://")):
+        url = "ws://" + url
+    return url if url.endswith("/ws") else url + "/ws"
+
+
+def http_url(base_url: str) -> str:
+    """The HTTP root of a server given by any of the forms `websocket_url` accepts."""
+    url = websocket_url(base_url)[: -len("/ws")]
+    return "http" + url[2:]
+
+
+class EnvClient:
+    """Asynchronous client of one environment session.
+
+    Example:
+        async with EnvClient("http://127.0.0.1:8001") as env:
+            result = await env.reset(seed=1)
+            result = await env.step({"message": "hello"})
+
+    Args:
+        base_url: the server, as `http://host:port` or `ws://host:port[/ws]`.
+        observation_cls: parse observations into this model instead of plain dicts.
+        connect_timeout: seconds to open the connection.
+        message_timeout: seconds to wait for a reply; past it the session is closed and lost.
+        ping_interval, ping_timeout: keepalive; a silent peer is declared lost after both.
+        headers: extra handshake headers (e.g. authorisation).
+        max_message_bytes: largest frame accepted from the server.
+    """
+
+    def __init__(self, base_url: str, *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
+                 message_timeout: float = 60.0, ping_interval: float | None = 5.0, ping_timeout: float | None = 5.0,
+                 headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20) -> None:
+        self.base_url = base_url
+        self.ws_url = websocket_url(base_url)
+        self.http_url = http_url(base_url)
+        self.observation_cls = observation_cls
+        self.connect_timeout = connect_timeout
+        self.message_timeout = message_timeout
+        self.ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
+        self.headers = dict(headers or {})
+        self.max_message_bytes = max_message_bytes
+        self._ws: ClientConnection | None = None
+        self._lost: SessionLostError | None = None
+        self._lock = asyncio.Lock()
+        self.session_id: str | None = None
+
+    # -- connection ---------------------------------------------------------------------------
+
+    async def connect(self) -> EnvClient:
+        """Open a new session (closing any previous one). Raises `CapacityError` when the server is full."""
+        await self._drop()
+        try:
+            ws = await connect(self.ws_url, open_timeout=self.connect_timeout, ping_interval=self.ping_interval,
+                               ping_timeout=self.ping_timeout, max_size=self.max_message_bytes,
+                               additional_headers=self.headers, proxy=None, compression=None)
+        except InvalidStatus as error:
+            raise EnvConnectionError(self.ws_url, f"handshake refused with HTTP {error.response.status_code}") from None
+        except (OSError, InvalidHandshake, asyncio.TimeoutError) as error:
+            raise EnvConnectionError(self.ws_url, f"{type(error).__name__}: {error}") from None
+        response_headers = ws.response.headers if ws.response is not None else {}
+        refused = response_headers.get(REFUSED_HEADER)
+        if refused:
+            await self._raise_refusal(ws, refused)
+        self._ws = ws
+        self._lost = None
+        self.session_id = response_headers.get(SESSION_ID_HEADER)
+        return self
+
+    async def _raise_refusal(self, ws: ClientConnection, refused: str) -> None:
+        try:
+            frame = orjson.loads(await asyncio.wait_for(ws.recv(), self.connect_timeout))
+            data = frame.get("data") or {}
+        except Exception:
+            data = {}
+        await ws.close()
+        message = data.get("message", f"session refused ({refused})")
+        if refused == "capacity":
+            raise CapacityError(self.ws_url, message, data.get("active_sessions"), data.get("max_sessions"))
+        if refused == "factory":
+            raise EnvError(ErrorCode.FACTORY_ERROR, message)
+        raise EnvConnectionError(self.ws_url, message)
+
+    async def _drop(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            try:
+                await ws.send('{"type":"close"}')
+            except ConnectionClosed:
+                pass
+            await ws.close()
+
+    async def close(self) -> None:
+        """End the session and close the connection; safe to call more than once."""
+        await self._drop()
+
+    async def __aenter__(self) -> EnvClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether a session is open (as far as the client knows)."""
+        return self._ws is not None and self._lost is None
+
+    # -- episode ------------------------------------------------------------------------------
+
+    async def reset(self, **kwargs: Any) -> StepResult:
+        """Start a new episode; opens a fresh session if the previous one was lost or never opened."""
+        if self._ws is None or self._lost is not None:
+            await self.connect()
+        return self._step_result(await self._request({"type": "reset", "data": kwargs}, "observation"))
+
+    async def step(self, action: BaseModel | dict[str, Any]) -> StepResult:
+        """Apply one action (the env's Action model or a dict of its fields)."""
+        data = action.model_dump() if isinstance(action, BaseModel) else action
+        return self._step_result(await self._request({"type": "step", "data": data}, "observation"))
+
+    async def state(self) -> dict[str, Any]:
+        """The environment's current state."""
+        return await self._request({"type": "state"}, "state")
+
+    async def call(self, tool: str, **args: Any) -> ToolResult:
+        """Call one of the environment's tools (envkit servers only)."""
+        data = await self._request({"type": "call", "data": {"tool": tool, "args": args}}, "tool_result")
+        observation = data.get("observation")
+        if observation is not None and self.observation_cls is not None:
+            observation = self._parse_observation(data)
+        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"))
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """The server's tool listing: function-calling JSON schemas."""
+        return (await self._get("/tools"))["tools"]
+
+    async def health(self) -> dict[str, Any]:
+        """The server's `/health` document (status, active and maximum sessions)."""
+        return await self._get("/health")
+
+    async def metadata(self) -> dict[str, Any]:
+        """The server's `/metadata` document."""
+        return await self._get("/metadata")
+
+    async def _get(self, path: str) -> dict[str, Any]:
+        try:
+            async with httpx.AsyncClient(timeout=self.connect_timeout, trust_env=False) as http:
+                response = await http.get(self.http_url + path, headers=self.headers)
+        except httpx.HTTPError as error:
+            raise EnvConnectionError(self.http_url + path, f"{type(error).__name__}: {error}") from None
+        if response.status_code != 200:
+            raise EnvConnectionError(self.http_url + path, f"HTTP {response.status_code}: {response.text[:200]}")
+        return response.json()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _request(self, frame: dict[str, Any], expected: str) -> Any:
+        async with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            if self._ws is None:
+                await self.connect()
+            ws = self._ws
+            assert ws is not None
+            try:
+                await ws.send(orjson.dumps(frame).decode())
+                raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
+            except ConnectionClosed as error:
+                raise self._lose(error) from None
+            except asyncio.TimeoutError:
+                self._lost = SessionLostError(f"no reply within {self.message_timeout:g}s; the session was closed so "
+                                              "that later replies cannot be mistaken for new ones", None, self.session_id)
+                self._ws = None
+                asyncio.ensure_future(ws.close())
+                raise self._lost from None
+        reply = orjson.loads(raw)
+        kind, data = reply.get("type"), reply.get("data") or {}
+        if kind == "error":
+            code = data.get("code", "UNKNOWN")
+            details = {key: value for key, value in data.items() if key not in ("code", "message")}
+            if code == ErrorCode.CAPACITY_REACHED:
+                raise CapacityError(self.ws_url, data.get("message", "server at capacity"),
+                                    data.get("active_sessions"), data.get("max_sessions"))
+            raise EnvError(code, data.get("message", ""), details)
+        if kind != expected:
+            raise ProtocolError(f"expected a {expected!r} frame, got {kind!r}")
+        return data
+
+    def _lose(self, error: ConnectionClosed) -> SessionLostError:
+        frame = error.rcvd
+        code = frame.code if frame is not None else None
+        self._lost = SessionLostError(close_reason(code, frame.reason if frame is not None else ""), code, self.session_id)
+        self._ws = None
+        return self._lost
+
+    def _parse_observation(self, data: dict[str, Any]) -> Any:
+        observation = data.get("observation") or {}
+        if self.observation_cls is None:
+            return observation
+        return self.observation_cls.model_validate({**observation, "reward": data.get("reward"),
+                                                    "done": data.get("done", False)})
+
+    def _step_result(self, data: dict[str, Any]) -> StepResult:
+        return StepResult(self._parse_observation(data), data.get("reward"), bool(data.get("done", False)),
+                          data.get("metadata") or {})
+
+    def sync(self) -> SyncEnvClient:
+        """A synchronous client over this one (its calls run on a shared background event loop)."""
+        return SyncEnvClient(self)
+
+
+class _BackgroundLoop:
+    """One daemon thread running an event loop for every synchronous client in the process."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def run(cls, coroutine: Coroutine[Any, Any, T]) -> T:
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="envkit-client-loop", daemon=True).start()
+                cls._loop = loop
+        return asyncio.run_coroutine_threadsafe(coroutine, cls._loop).result()
+
+
+class SyncEnvClient:
+    """The synchronous mirror of `EnvClient`: same methods, same errors, no `await`.
+
+    Example:
+        with EnvClient("http://127.0.0.1:8001").sync() as env:
+            result = env.reset(seed=1)
+            result = env.step({"message": "hello"})
+    """
+
+    def __init__(self, client: EnvClient) -> None:
+        self.client = client
+
+    @property
+    def session_id(self) -> str | None:
+        return self.client.session_id
+
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    def connect(self) -> SyncEnvClient:
+        _BackgroundLoop.run(self.client.connect())
+        return self
+
+    def close(self) -> None:
+        _BackgroundLoop.run(self.client.close())
+
+    def __enter__(self) -> SyncEnvClient:
+        return self.connect()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def reset(self, **kwargs: Any) -> StepResult:
+        return _BackgroundLoop.run(self.client.reset(**kwargs))
+
+    def step(self, action: BaseModel | dict[str, Any]) -> StepResult:
+        return _BackgroundLoop.run(self.client.step(action))
+
+    def state(self) -> dict[str, Any]:
+        return _BackgroundLoop.run(self.client.state())
+
+    def call(self, tool: str, **args: Any) -> ToolResult:
+        return _BackgroundLoop.run(self.client.call(tool, **args))
+
+    def tools(self) -> list[dict[str, Any]]:
+        return _BackgroundLoop.run(self.client.tools())
+
+    def health(self) -> dict[str, Any]:
+        return _BackgroundLoop.run(self.client.health())
+
+    def metadata(self) -> dict[str, Any]:
+        return _BackgroundLoop.run(self.client.metadata())

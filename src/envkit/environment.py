@@ -1,0 +1,102 @@
+"""The environment contract: typed actions, observations and state, and the `Environment` base class.
+
+An environment author subclasses `Action`, `Observation` (and optionally `State`) and
+`Environment`, implements `reset`, `step` and `state`, and marks the methods an LLM agent may
+call with `@tool`. The same class is then served by `create_app`, driven by `EnvClient`, and
+bound to a trainer, without any per-consumer glue.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Action", "Observation", "State", "Environment"]
+
+
+class Action(BaseModel):
+    """Base class of an environment's action. Unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form data sent with the action")
+
+
+class Observation(BaseModel):
+    """Base class of what an environment returns from `reset` and `step`.
+
+    `reward` and `done` travel beside the observation on the wire (OpenEnv's format); the
+    remaining fields form the observation itself.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    done: bool = Field(default=False, description="Whether the episode has ended")
+    reward: float | None = Field(default=None, description="Reward for the last action")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form data about the observation")
+
+    def as_text(self) -> str:
+        """The observation as a language model should read it; override for a friendlier rendering."""
+        fields = self.model_dump(exclude={"done", "reward", "metadata"})
+        if len(fields) == 1:
+            (value,) = fields.values()
+            return value if isinstance(value, str) else json.dumps(value)
+        return json.dumps(fields)
+
+
+class State(BaseModel):
+    """Base class of an environment's inspectable state. Extra fields are allowed."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, arbitrary_types_allowed=True)
+
+    episode_id: str | None = Field(default=None, description="Identifier of the current episode")
+    step_count: int = Field(default=0, ge=0, description="Steps taken in the current episode")
+
+
+ActionT = TypeVar("ActionT", bound=Action)
+ObservationT = TypeVar("ObservationT", bound=Observation)
+StateT = TypeVar("StateT", bound=State)
+
+
+class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
+    """One episode-holding environment instance; the server builds one per connection.
+
+    Class attributes:
+        SUPPORTS_CONCURRENT_SESSIONS: instances share nothing, so many may live in one process.
+            `create_app(max_concurrent_envs > 1)` refuses an environment that does not say so.
+        RUN_INLINE: `reset`, `step` and tools are quick and never block, so the server calls them
+            on the event loop instead of handing them to a worker thread.
+
+    Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
+    synchronous methods; the server then awaits them directly.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = False
+    RUN_INLINE: ClassVar[bool] = False
+
+    @abstractmethod
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:
+        """Start a new episode and return its first observation."""
+
+    @abstractmethod
+    def step(self, action: ActionT) -> ObservationT:
+        """Apply one action and return the resulting observation."""
+
+    @property
+    @abstractmethod
+    def state(self) -> StateT:
+        """The current state of the episode."""
+
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:
+        """Asynchronous `reset`; by default calls the synchronous one."""
+        return self.reset(seed=seed, episode_id=episode_id, **kwargs)
+
+    async def step_async(self, action: ActionT) -> ObservationT:
+        """Asynchronous `step`; by default calls the synchronous one."""
+        return self.step(action)
+
+    def close(self) -> None:
+        """Release what the environment holds; called once when its session ends."""

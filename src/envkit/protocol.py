@@ -1,0 +1,137 @@
+"""The wire protocol, without I/O: frame decoding and encoding, error codes and close codes.
+
+Frames are JSON text, OpenEnv-compatible:
+
+    client: {"type": "reset", "data": {...}} | {"type": "step", "data": {...}} | {"type": "state"}
+            {"type": "close"} | {"type": "call", "data": {"tool": name, "args": {...}}}   (envkit)
+    server: {"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}
+            {"type": "state", "data": {...}} | {"type": "error", "data": {"message": m, "code": c}}
+            {"type": "tool_result", "data": {"tool": name, "result": text, ...}}         (envkit)
+
+Both the server and the client use this module, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import orjson
+
+from .environment import Observation
+
+__all__ = [
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError", "decode_frame",
+    "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
+]
+
+SESSION_ID_HEADER = "x-envkit-session-id"
+#: Sent with the handshake of a connection the server accepts only to refuse it (capacity, shutdown, factory).
+REFUSED_HEADER = "x-envkit-refused"
+
+
+class ErrorCode:
+    """Codes of error frames. The first six are OpenEnv's; the rest are envkit's additions."""
+
+    INVALID_JSON = "INVALID_JSON"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    EXECUTION_ERROR = "EXECUTION_ERROR"
+    CAPACITY_REACHED = "CAPACITY_REACHED"
+    FACTORY_ERROR = "FACTORY_ERROR"
+    MESSAGE_TOO_BIG = "MESSAGE_TOO_BIG"
+    NOT_RESET = "NOT_RESET"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+
+
+class CloseCode(IntEnum):
+    """WebSocket close codes the server uses, each saying why the session ended."""
+
+    NORMAL = 1000
+    SHUTDOWN = 1001
+    INTERNAL_ERROR = 1011
+    SERVICE_RESTART = 1012
+    MESSAGE_TOO_BIG = 1009
+    CAPACITY = 1013
+    IDLE_TIMEOUT = 4408
+
+
+_CLOSE_REASONS = {
+    CloseCode.NORMAL: "closed normally",
+    CloseCode.SHUTDOWN: "server shut down",
+    CloseCode.INTERNAL_ERROR: "server error",
+    CloseCode.SERVICE_RESTART: "server restarting",
+    CloseCode.MESSAGE_TOO_BIG: "message too big",
+    CloseCode.CAPACITY: "server at capacity",
+    CloseCode.IDLE_TIMEOUT: "idle timeout",
+    1006: "connection dropped without a close frame",
+}
+
+
+def close_reason(code: int | None, reason: str = "") -> str:
+    """A human description of why a connection closed, from its close code and reason text."""
+    if reason:
+        return reason
+    if code is None:
+        return "connection dropped (no close frame; the server vanished or the network failed)"
+    return _CLOSE_REASONS.get(code, f"closed with code {code}")
+
+
+class FrameError(Exception):
+    """A client frame that cannot be served; becomes an error frame with `code`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def decode_frame(raw: str | bytes) -> tuple[str, Any]:
+    """Parse one frame into `(type, data)`; raises `FrameError` for what is not a protocol frame."""
+    try:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise FrameError(ErrorCode.INVALID_JSON, f"Invalid JSON: {error}; send one JSON object per frame") from None
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        raise FrameError(ErrorCode.VALIDATION_ERROR,
+                         'Invalid message: expected a JSON object with a string "type", e.g. {"type": "reset"}')
+    return frame["type"], frame.get("data")
+
+
+def encode(frame: dict[str, Any]) -> str:
+    """Serialise one frame to JSON text."""
+    return orjson.dumps(frame, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def observation_payload(observation: Observation) -> dict[str, Any]:
+    """The `data` of an observation frame: the observation's fields, with reward and done beside them."""
+    fields = observation.model_dump()
+    reward = fields.pop("reward")
+    done = fields.pop("done")
+    payload = {"observation": fields, "reward": reward, "done": done}
+    if fields.get("metadata"):
+        payload["metadata"] = fields["metadata"]
+    return payload
+
+
+def observation_frame(observation: Observation) -> str:
+    return encode({"type": "observation", "data": observation_payload(observation)})
+
+
+def state_frame(state: Any) -> str:
+    data = state.model_dump() if hasattr(state, "model_dump") else dict(state or {})
+    return encode({"type": "state", "data": data})
+
+
+def error_frame(code: str, message: str, **details: Any) -> str:
+    return encode({"type": "error", "data": {"message": message, "code": code, **details}})
+
+
+def tool_result_frame(tool: str, result: str | Observation) -> str:
+    data: dict[str, Any] = {"tool": tool}
+    if isinstance(result, Observation):
+        data.update(observation_payload(result))
+        data["result"] = result.as_text()
+    else:
+        data.update(result=str(result), observation=None, reward=None, done=None)
+    return encode({"type": "tool_result", "data": data})

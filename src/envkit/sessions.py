@@ -1,0 +1,152 @@
+"""Sessions: one environment per connection, a capacity limit, idle reaping and shutdown.
+
+`SessionPool` owns the count of open sessions and the idle reaper. `Session` drives one
+environment instance, calling it on the event loop (`RUN_INLINE` environments and `*_async`
+overrides) or on a bounded shared thread pool, so slow synchronous code never stalls other
+sessions and the number of threads never grows with the number of sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, Awaitable, Callable
+
+from .environment import Action, Environment, Observation
+from .protocol import CloseCode
+from .tools import ToolSpec
+
+logger = logging.getLogger("envkit.server")
+
+__all__ = ["Session", "SessionPool"]
+
+Closer = Callable[[int, str], Awaitable[None]]
+
+
+class Session:
+    """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
+
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer) -> None:
+        self.id = uuid.uuid4().hex
+        self.env = env
+        self.pool = pool
+        self.close_socket = close_socket
+        self.last_active = time.monotonic()
+        self.busy = False
+        self.has_reset = False
+        self.ended: tuple[int, str] | None = None
+        env_class = type(env)
+        self._inline = env_class.RUN_INLINE
+        self._async_reset = env_class.reset_async is not Environment.reset_async
+        self._async_step = env_class.step_async is not Environment.step_async
+
+    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
+        if self._inline:
+            result = function(*args, **kwargs)
+        else:
+            result = await self.pool.run_in_worker(partial(function, *args, **kwargs))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def reset(self, kwargs: dict[str, Any]) -> Observation:
+        if self._async_reset:
+            observation = await self.env.reset_async(**kwargs)
+        else:
+            observation = await self.run(self.env.reset, **kwargs)
+        self.has_reset = True
+        return observation
+
+    async def step(self, action: Action) -> Observation:
+        if self._async_step:
+            return await self.env.step_async(action)
+        return await self.run(self.env.step, action)
+
+    async def state(self) -> Any:
+        return await self.run(getattr, self.env, "state")
+
+    async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
+        return await self.run(getattr(self.env, spec.name), **arguments)
+
+    async def end(self, code: int, reason: str) -> None:
+        """Close the socket with `code` (if still open) and release the environment; idempotent."""
+        if self.ended is not None:
+            return
+        self.ended = (code, reason)
+        self.pool.forget(self)
+        try:
+            await self.close_socket(code, reason)
+        except Exception:  # the socket may already be gone; the environment must still close
+            logger.debug("closing socket of session %s failed", self.id, exc_info=True)
+        try:
+            await self.run(self.env.close)
+        except Exception:
+            logger.exception("environment close() failed in session %s", self.id)
+
+
+class SessionPool:
+    """Counts sessions against a limit, reaps idle ones and closes all of them at shutdown."""
+
+    def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None) -> None:
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self._reserved = 0
+        self._sessions: dict[str, Session] = {}
+        self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
+                                            thread_name_prefix="envkit-env")
+        self._reaper: asyncio.Task[None] | None = None
+        self.shutting_down = False
+
+    @property
+    def active(self) -> int:
+        """Sessions open or being opened right now."""
+        return self._reserved
+
+    def try_reserve(self) -> bool:
+        """Take a slot for a new connection; False at capacity or during shutdown."""
+        if self.shutting_down or self._reserved >= self.max_sessions:
+            return False
+        self._reserved += 1
+        return True
+
+    def release(self) -> None:
+        """Give back a slot taken by `try_reserve`."""
+        self._reserved -= 1
+
+    def add(self, session: Session) -> None:
+        self._sessions[session.id] = session
+        if self.idle_timeout_s and self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(), name="envkit-reaper")
+
+    def forget(self, session: Session) -> None:
+        self._sessions.pop(session.id, None)
+
+    async def run_in_worker(self, function: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+
+    async def _reap_forever(self) -> None:
+        assert self.idle_timeout_s
+        interval = min(1.0, self.idle_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self.idle_timeout_s
+            idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
+            for session in idle:
+                logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
+                await session.end(CloseCode.IDLE_TIMEOUT, f"idle timeout: no message for {self.idle_timeout_s:g}s")
+
+    async def shutdown(self) -> None:
+        """Refuse new sessions, close every socket with 1001 and every environment; idempotent."""
+        self.shutting_down = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        sessions = list(self._sessions.values())
+        await asyncio.gather(*(s.end(CloseCode.SHUTDOWN, "server shutting down") for s in sessions))
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,200 @@
+"""Tools: the methods of an environment that an LLM agent may call.
+
+A tool is an `Environment` method marked with `@tool`, with type hints on every argument and a
+Google-style docstring that describes the tool and each argument. From that one definition envkit
+builds a JSON schema in the function-calling format that chat templates and
+`transformers.utils.get_json_schema` use, validates call arguments, and publishes the listing at
+`GET /tools`, from which trainers and other front ends are generated.
+
+A tool returns either a string (shown to the agent as is) or an `Observation` (shown through
+`Observation.as_text()`, with its reward and done flag reported to the caller).
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union
+
+from pydantic import BaseModel, create_model
+
+from .errors import ToolDefinitionError
+
+__all__ = ["tool", "ToolSpec", "tool_specs", "parse_google_docstring"]
+
+_TOOL_MARK = "__envkit_tool__"
+_JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
+
+
+def tool(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an `Environment` method as a tool an LLM agent may call."""
+    setattr(method, _TOOL_MARK, True)
+    return method
+
+
+@dataclass(frozen=True)
+class DocString:
+    """The parts of a Google-style docstring that a tool schema needs."""
+
+    description: str
+    args: dict[str, str] = field(default_factory=dict)
+    returns: str | None = None
+
+
+def parse_google_docstring(doc: str | None) -> DocString:
+    """Split a Google-style docstring into its summary, `Args:` entries and `Returns:` text."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    args: dict[str, list[str]] = {}
+    returns: list[str] = []
+    section, current, arg_indent = None, None, None
+    for line in lines:
+        header = _SECTION.match(line)
+        if header:
+            section, current, arg_indent = header.group(1).lower(), None, None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section in ("args", "arguments", "parameters"):
+            indent = len(line) - len(line.lstrip())
+            match = _ARG_LINE.match(line)
+            if match and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                current = match.group(1).lstrip("*")
+                args[current] = [match.group(3).strip()]
+            elif current is not None and line.strip():
+                args[current].append(line.strip())
+        elif section in ("returns", "return"):
+            returns.append(line.strip())
+    return DocString(
+        description=" ".join(part.strip() for part in summary if part.strip()),
+        args={name: " ".join(part for part in text if part) for name, text in args.items()},
+        returns=" ".join(part for part in returns if part) or None,
+    )
+
+
+def json_schema_for(hint: Any, where: str) -> dict[str, Any]:
+    """The JSON schema of one type hint, in the shape `transformers.utils.get_json_schema` writes."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint in _JSON_TYPES:
+        return {"type": _JSON_TYPES[hint]}
+    if hint is Any:
+        return {}
+    if hint is type(None):
+        return {"type": "null"}
+    if origin is Literal:
+        kinds = sorted({_JSON_TYPES[type(value)] for value in args})
+        return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": list(args)}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return json_schema_for(Literal[tuple(member.value for member in hint)], where)
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in args if arg is not type(None)]
+        if len(members) == 1:
+            schema = json_schema_for(members[0], where)
+        else:
+            member_schemas = [json_schema_for(member, where) for member in members]
+            if all(set(one) == {"type"} and isinstance(one["type"], str) for one in member_schemas):
+                schema = {"type": sorted({one["type"] for one in member_schemas})}
+            else:
+                schema = {"anyOf": member_schemas}
+        if len(members) < len(args):
+            schema["nullable"] = True
+        return schema
+    if origin in (list, set, frozenset, typing.Sequence) or hint in (list, set):
+        schema: dict[str, Any] = {"type": "array"}
+        if args:
+            schema["items"] = json_schema_for(args[0], where)
+        return schema
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": json_schema_for(args[0], where)}
+        return {"type": "array", "prefixItems": [json_schema_for(arg, where) for arg in args]}
+    if origin is dict:
+        schema = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = json_schema_for(args[1], where)
+        return schema
+    raise ToolDefinitionError(f"{where}: type {hint!r} has no JSON schema; use str, int, float, bool, Literal, "
+                              "an Enum, or a list/dict/Optional of those")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, description, argument schema and the validator for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    returns: str | None
+    arguments_model: type[BaseModel]
+
+    def schema(self) -> dict[str, Any]:
+        """The function-calling schema, `{"type": "function", "function": {...}}`."""
+        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        if self.returns:
+            function["return"] = {"type": "string", "description": self.returns}
+        return {"type": "function", "function": function}
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Check and coerce call arguments; raises `pydantic.ValidationError` when they are wrong."""
+        model = self.arguments_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in self.parameters["properties"]}
+
+
+def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> ToolSpec:
+    where = f"{owner.__module__}.{owner.__qualname__}.{name}"
+    doc = parse_google_docstring(method.__doc__)
+    if not doc.description:
+        raise ToolDefinitionError(f"{where}: tool has no docstring; add a one-line description and an `Args:` entry "
+                                  "for every argument (Google style)")
+    try:
+        hints = typing.get_type_hints(method)
+    except Exception as error:
+        raise ToolDefinitionError(f"{where}: cannot resolve type hints ({error})") from error
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    fields: dict[str, Any] = {}
+    for param in list(inspect.signature(method).parameters.values())[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"{where}: *args/**kwargs cannot be described to a model; name every argument")
+        if param.name not in hints:
+            raise ToolDefinitionError(f"{where}: argument `{param.name}` has no type hint; add one (e.g. `{param.name}: str`)")
+        if param.name not in doc.args:
+            raise ToolDefinitionError(f"{where}: argument `{param.name}` is not described; add `{param.name}: ...` "
+                                      "under `Args:` in the docstring")
+        schema = json_schema_for(hints[param.name], f"{where}({param.name})")
+        schema["description"] = doc.args[param.name]
+        properties[param.name] = schema
+        if param.default is param.empty:
+            required.append(param.name)
+            fields[param.name] = (hints[param.name], ...)
+        else:
+            fields[param.name] = (hints[param.name], param.default)
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    arguments_model = create_model(f"{owner.__name__}_{name}_arguments", __config__={"extra": "forbid"}, **fields)
+    return ToolSpec(name, doc.description, parameters, doc.returns, arguments_model)
+
+
+def tool_specs(env_class: type) -> dict[str, ToolSpec]:
+    """Every `@tool` method of `env_class` (inherited ones too), checked and described, by name.
+
+    Raises `ToolDefinitionError` naming the method and the fix when a tool cannot be described.
+    """
+    specs: dict[str, ToolSpec] = {}
+    for name in dir(env_class):
+        method = inspect.getattr_static(env_class, name, None)
+        if callable(method) and getattr(method, _TOOL_MARK, False):
+            if name in ("reset", "step", "state", "close") or name.startswith("_"):
+                raise ToolDefinitionError(f"{env_class.__qualname__}.{name}: `{name}` cannot be a tool; rename it")
+            specs[name] = _spec_from_method(env_class, name, method)
+    return specs
+
