@@ -58,8 +58,10 @@ class ServedProcess:
             ... served.url ...; served.kill()
     """
 
-    def __init__(self, target: str, *args: str, startup_timeout: float = 30.0, env: dict[str, str] | None = None) -> None:
-        self.command = [sys.executable, "-m", "envkit.cli", "serve", target, "--port", "0", "--log-level", "warning", *args]
+    def __init__(self, target: str, *args: str, port: int = 0, startup_timeout: float = 30.0,
+                 env: dict[str, str] | None = None) -> None:
+        self.command = [sys.executable, "-m", "envkit.cli", "serve", target, "--port", str(port), "--log-level", "warning",
+                        *args]
         self.startup_timeout = startup_timeout
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.process: subprocess.Popen[str] | None = None

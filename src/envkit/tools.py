@@ -73,7 +73,7 @@ def parse_google_docstring(doc: str | None) -> DocString:
         elif section in ("returns", "return"):
             returns.append(line.strip())
     return DocString(
-        description=" ".join(part.strip() for part in summary if part.strip()),
+        description="\n\n".join(" ".join(paragraph.split()) for paragraph in "\n".join(summary).strip().split("\n\n")),
         args={name: " ".join(part for part in text if part) for name, text in args.items()},
         returns=" ".join(part for part in returns if part) or None,
     )
@@ -137,9 +137,10 @@ class ToolSpec:
 
     def schema(self) -> dict[str, Any]:
         """The function-calling schema, `{"type": "function", "function": {...}}`."""
-        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        returns: dict[str, Any] = {"type": "string"}   # the agent always reads a tool's result as text
         if self.returns:
-            function["return"] = {"type": "string", "description": self.returns}
+            returns["description"] = self.returns
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters, "return": returns}
         return {"type": "function", "function": function}
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""Small environments that exercise the server's edge cases (slow, failing, single-session, closing)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pydantic import Field
+
+from envkit import Action, Environment, Observation, State, tool
+
+
+class CounterAction(Action):
+    """Add `amount` to the counter; `fail` makes the step raise; `sleep_s` makes it slow."""
+
+    amount: int = 1
+    fail: bool = False
+    sleep_s: float = Field(default=0.0, ge=0, le=30)
+
+
+class CounterObservation(Observation):
+    total: int = 0
+    tag: str = ""
+
+
+class CounterEnvironment(Environment[CounterAction, CounterObservation, State]):
+    """A counter per session; synchronous, so the server runs it on worker threads."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    instances = 0
+
+    def __init__(self) -> None:
+        type(self).instances += 1
+        self.total = 0
+        self.tag = ""
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, tag: str = "", **kwargs: Any) -> CounterObservation:
+        self.total, self.tag = 0, tag
+        self._state = State(episode_id=episode_id, step_count=0)
+        return CounterObservation(total=0, tag=tag, reward=0.0)
+
+    def step(self, action: CounterAction) -> CounterObservation:
+        if action.sleep_s:
+            time.sleep(action.sleep_s)
+        if action.fail:
+            raise RuntimeError("the counter was asked to fail")
+        self.total += action.amount
+        self._state.step_count += 1
+        return CounterObservation(total=self.total, tag=self.tag, reward=float(action.amount), done=self.total >= 100)
+
+    @property
+    def state(self) -> State:
+        return State(episode_id=self._state.episode_id, step_count=self._state.step_count, total=self.total, tag=self.tag)
+
+    @tool
+    def add(self, amount: int) -> CounterObservation:
+        """Add to the counter.
+
+        Args:
+            amount: How much to add.
+        """
+        return self.step(CounterAction(amount=amount))
+
+    @tool
+    def peek(self) -> str:
+        """Say the counter's value without changing it."""
+        return f"total is {self.total}"
+
+    def close(self) -> None:
+        marker = os.environ.get("ENVKIT_TEST_CLOSE_MARKER")
+        if marker:
+            with open(marker, "a") as handle:
+                handle.write("closed\n")
+
+
+class SingleSessionEnvironment(CounterEnvironment):
+    """Like the counter, but declares that instances may not run side by side."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = False
+
+
+class BrokenFactoryEnvironment(CounterEnvironment):
+    """Its constructor always fails."""
+
+    def __init__(self) -> None:
+        raise OSError("the simulator binary is missing")
+
+
+class BadObservationEnvironment(CounterEnvironment):
+    """Returns something that is not an Observation from step."""
+
+    def step(self, action: CounterAction) -> Any:  # type: ignore[override]
+        return {"total": 1}

@@ -1,0 +1,94 @@
+"""Capacity: the N+1th session is refused at connect, and slots free however a session ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+from sample_envs import CounterAction, CounterEnvironment, CounterObservation
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from envkit import CapacityError, EnvClient, create_app
+from envkit.testing import running_server
+
+
+@pytest.fixture
+def two_slot_url() -> Iterator[str]:
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
+    with running_server(app) as url:
+        yield url
+
+
+def wait_for_active(url: str, expected: int, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if httpx.get(url + "/health", trust_env=False).json()["active_sessions"] == expected:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"active sessions never reached {expected}")
+
+
+def test_over_capacity_raw_gets_error_frame_then_close_1013(two_slot_url: str) -> None:
+    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    built = CounterEnvironment.instances
+    with connect(ws_url, proxy=None), connect(ws_url, proxy=None):
+        with connect(ws_url, proxy=None) as third:
+            frame = json.loads(third.recv(timeout=10))
+            assert frame["type"] == "error"
+            assert frame["data"]["code"] == "CAPACITY_REACHED"
+            assert frame["data"]["max_sessions"] == 2 and "max-concurrent-envs" in frame["data"]["message"]
+            with pytest.raises(ConnectionClosed) as closed:
+                third.recv(timeout=10)
+            assert closed.value.rcvd.code == 1013
+    assert CounterEnvironment.instances == built + 2   # no environment was built for the refused one
+
+
+def test_capacity_error_at_connect_and_slot_frees_on_close(two_slot_url: str) -> None:
+    first = EnvClient(two_slot_url).sync().connect()
+    second = EnvClient(two_slot_url).sync().connect()
+    with pytest.raises(CapacityError) as refused:
+        EnvClient(two_slot_url).sync().connect()
+    assert (refused.value.active_sessions, refused.value.max_sessions) == (2, 2)
+    first.close()
+    wait_for_active(two_slot_url, 1)
+    with EnvClient(two_slot_url).sync() as third:
+        assert third.reset().reward == 0.0
+    second.close()
+    wait_for_active(two_slot_url, 0)
+
+
+CRASHING_CLIENT = """
+import sys, time
+from websockets.sync.client import connect
+sock = connect(sys.argv[1], proxy=None)
+sock.send('{"type": "reset"}'); sock.recv(timeout=10)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_slot_frees_when_a_client_process_is_killed(two_slot_url: str) -> None:
+    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    clients = [subprocess.Popen([sys.executable, "-c", CRASHING_CLIENT, ws_url], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        for client in clients:
+            assert client.stdout.readline().strip() == "ready"
+        with pytest.raises(CapacityError):
+            EnvClient(two_slot_url).sync().connect()
+        clients[0].kill()
+        clients[0].wait(10)
+        wait_for_active(two_slot_url, 1)
+        with EnvClient(two_slot_url).sync() as env:
+            env.reset()
+            assert env.step({"amount": 3}).observation["total"] == 3
+    finally:
+        for client in clients:
+            client.kill()
+            client.wait(10)

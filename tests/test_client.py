@@ -1,0 +1,92 @@
+"""EnvClient, async and sync, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sample_envs import CounterObservation
+
+from envkit import CapacityError, EnvClient, EnvConnectionError, EnvError, SessionLostError
+
+
+async def test_async_episode(echo_url: str) -> None:
+    async with EnvClient(echo_url) as env:
+        assert env.session_id
+        result = await env.reset(seed=1)
+        assert result.observation["echoed_message"] == "Echo environment ready!"
+        result = await env.step({"message": "hello"})
+        assert (result.observation["echoed_message"], result.reward, result.done) == ("hello", pytest.approx(0.5), False)
+        assert (await env.state())["step_count"] == 1
+
+
+def test_sync_episode_mirrors_async(echo_url: str) -> None:
+    from echo_env import EchoAction, EchoObservation
+
+    with EnvClient(echo_url, observation_cls=EchoObservation).sync() as env:
+        env.reset(seed=1)
+        result = env.step(EchoAction(message="typed"))
+        assert isinstance(result.observation, EchoObservation)
+        assert result.observation.message_length == 5 and result.reward == pytest.approx(0.5)
+        tool = env.call("echo", message="four")
+        assert (tool.text, tool.reward, tool.done) == ("four", pytest.approx(0.4), False)
+        assert isinstance(tool.observation, EchoObservation)
+        assert [t["function"]["name"] for t in env.tools()] == ["echo"]
+        assert env.health()["active_sessions"] == 1
+    assert not env.connected
+
+
+def test_env_errors_carry_code_and_keep_the_session(counter_url: str) -> None:
+    with EnvClient(counter_url, observation_cls=CounterObservation).sync() as env:
+        env.reset(tag="a")
+        with pytest.raises(EnvError) as error:
+            env.step({"fail": True})
+        assert error.value.code == "EXECUTION_ERROR" and "asked to fail" in error.value.message
+        with pytest.raises(EnvError) as error:
+            env.step({"amount": "many"})
+        assert error.value.code == "VALIDATION_ERROR" and error.value.details["errors"]
+        assert env.step({"amount": 4}).observation.total == 4
+        assert env.call("peek").text == "total is 4"
+
+
+def test_unreachable_server_is_a_connection_error() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(EnvConnectionError) as error:
+        EnvClient(f"http://127.0.0.1:{port}", connect_timeout=2).sync().connect()
+    assert f"127.0.0.1:{port}" in str(error.value)
+    assert not isinstance(error.value, CapacityError)
+
+
+async def test_message_timeout_loses_the_session_instead_of_desynchronising(counter_url: str) -> None:
+    env = EnvClient(counter_url, message_timeout=0.3)
+    await env.reset()
+    with pytest.raises(SessionLostError) as lost:
+        await env.step({"sleep_s": 1.5})
+    assert "no reply within 0.3s" in lost.value.reason
+    with pytest.raises(SessionLostError):
+        await env.step({"amount": 1})
+    result = await env.reset(tag="fresh")   # a new episode on a new session
+    assert result.observation["tag"] == "fresh"
+    assert (await env.step({"amount": 2})).observation["total"] == 2
+    await env.close()
+
+
+async def test_url_forms_are_equivalent(echo_url: str) -> None:
+    host = echo_url.removeprefix("http://")
+    for url in (echo_url, f"ws://{host}", f"ws://{host}/ws", f"{echo_url}/", host):
+        async with EnvClient(url) as env:
+            assert (await env.reset()).reward == 0.0
+
+
+async def test_reset_without_connect_opens_a_session(echo_url: str) -> None:
+    env = EnvClient(echo_url)
+    assert not env.connected
+    await env.reset()
+    assert env.connected
+    await env.close()
+    await env.close()   # closing twice is harmless
+    await asyncio.sleep(0)

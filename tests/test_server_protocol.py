@@ -1,0 +1,131 @@
+"""The wire protocol over a real server and a plain `websockets` client (not envkit's)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from websockets.exceptions import ConnectionClosedOK
+from websockets.sync.client import connect
+
+from envkit.protocol import SESSION_ID_HEADER
+
+
+def ws(url: str):
+    return connect(url.replace("http://", "ws://") + "/ws", proxy=None)
+
+
+def ask(sock, frame) -> dict:
+    sock.send(frame if isinstance(frame, str) else json.dumps(frame))
+    return json.loads(sock.recv(timeout=10))
+
+
+def test_echo_episode_over_raw_protocol(echo_url: str) -> None:
+    with ws(echo_url) as sock:
+        assert sock.response.headers[SESSION_ID_HEADER]
+        reply = ask(sock, {"type": "reset", "data": {"seed": 1}})
+        assert reply == {"type": "observation", "data": {
+            "observation": {"echoed_message": "Echo environment ready!", "message_length": 0, "metadata": {}},
+            "reward": 0.0, "done": False}}
+        reply = ask(sock, {"type": "step", "data": {"message": "hello"}})
+        assert reply["type"] == "observation"
+        assert reply["data"]["observation"]["echoed_message"] == "hello"
+        assert reply["data"]["reward"] == pytest.approx(0.5)
+        assert reply["data"]["done"] is False
+        state = ask(sock, {"type": "state"})
+        assert state["type"] == "state" and state["data"]["step_count"] == 1
+        tool = ask(sock, {"type": "call", "data": {"tool": "echo", "args": {"message": "hey"}}})
+        assert tool["type"] == "tool_result"
+        assert tool["data"]["result"] == "hey" and tool["data"]["reward"] == pytest.approx(0.3)
+        sock.send(json.dumps({"type": "close"}))
+        with pytest.raises(ConnectionClosedOK) as closed:
+            sock.recv(timeout=10)
+        assert closed.value.rcvd.code == 1000
+
+
+BAD_FRAMES = [
+    ("{not json", "INVALID_JSON", "Invalid JSON"),
+    ('["reset"]', "VALIDATION_ERROR", 'string "type"'),
+    ({"type": "jump"}, "UNKNOWN_TYPE", "Unknown message type: jump"),
+    ({"type": "step", "data": {"amount": "lots"}}, "VALIDATION_ERROR", "amount"),
+    ({"type": "step", "data": {"amount": 1, "colour": "red"}}, "VALIDATION_ERROR", "colour"),
+    ({"type": "step", "data": [1, 2]}, "VALIDATION_ERROR", "must be a JSON object"),
+    ({"type": "step", "data": {"fail": True}}, "EXECUTION_ERROR", "the counter was asked to fail"),
+    ({"type": "reset", "data": "seed=1"}, "VALIDATION_ERROR", "keyword arguments"),
+    ({"type": "call", "data": {"tool": "fly", "args": {}}}, "UNKNOWN_TOOL", "add, peek"),
+    ({"type": "call", "data": {"tool": "add", "args": {"amount": "x"}}}, "VALIDATION_ERROR", "amount"),
+    ({"type": "call", "data": {"tool": "add", "args": {}}}, "VALIDATION_ERROR", "amount"),
+    ({"type": "call", "data": {"tool": "add", "args": [1]}}, "VALIDATION_ERROR", '"args"'),
+    ({"type": "call", "data": "add"}, "VALIDATION_ERROR", '"tool"'),
+    ("x" * 5000, "MESSAGE_TOO_BIG", "exceeds the server's limit of 4096 bytes"),
+]
+
+
+@pytest.mark.parametrize("frame, code, text", BAD_FRAMES, ids=[case[1] + str(i) for i, case in enumerate(BAD_FRAMES)])
+def test_bad_frame_gets_error_and_session_carries_on(counter_url: str, frame, code: str, text: str) -> None:
+    with ws(counter_url) as sock, ws(counter_url) as neighbour:
+        ask(sock, {"type": "reset", "data": {"tag": "mine"}})
+        ask(neighbour, {"type": "reset", "data": {"tag": "theirs"}})
+        ask(sock, {"type": "step", "data": {"amount": 2}})
+        reply = ask(sock, frame)
+        assert reply["type"] == "error"
+        assert reply["data"]["code"] == code
+        assert text in reply["data"]["message"]
+        # the same session goes on, with its state intact, and so does its neighbour
+        after = ask(sock, {"type": "step", "data": {"amount": 3}})
+        assert after["data"]["observation"]["total"] == 5
+        assert after["data"]["observation"]["tag"] == "mine"
+        assert ask(neighbour, {"type": "step", "data": {"amount": 1}})["data"]["observation"]["total"] == 1
+
+
+def test_step_and_call_before_reset_are_refused(counter_url: str) -> None:
+    with ws(counter_url) as sock:
+        reply = ask(sock, {"type": "step", "data": {"amount": 1}})
+        assert reply["data"]["code"] == "NOT_RESET" and "reset" in reply["data"]["message"]
+        reply = ask(sock, {"type": "call", "data": {"tool": "peek"}})
+        assert reply["data"]["code"] == "NOT_RESET"
+        assert ask(sock, {"type": "reset"})["type"] == "observation"
+        assert ask(sock, {"type": "call", "data": {"tool": "peek"}})["data"]["result"] == "total is 0"
+
+
+def test_validation_error_lists_the_fields(counter_url: str) -> None:
+    with ws(counter_url) as sock:
+        ask(sock, {"type": "reset"})
+        reply = ask(sock, {"type": "step", "data": {"amount": "lots", "sleep_s": -1}})
+        locations = sorted(tuple(error["loc"]) for error in reply["data"]["errors"])
+        assert locations == [("amount",), ("sleep_s",)]
+
+
+def test_unknown_reset_arguments_are_ignored_and_known_ones_passed(counter_url: str) -> None:
+    with ws(counter_url) as sock:
+        reply = ask(sock, {"type": "reset", "data": {"tag": "t1", "prompt": "dataset column"}})
+        assert reply["data"]["observation"]["tag"] == "t1"
+
+
+def test_environment_returning_a_non_observation_is_an_execution_error() -> None:
+    from sample_envs import BadObservationEnvironment, CounterAction, CounterObservation
+
+    from envkit import create_app
+    from envkit.testing import running_server
+
+    app = create_app(BadObservationEnvironment, CounterAction, CounterObservation)
+    with running_server(app) as url, ws(url) as sock:
+        ask(sock, {"type": "reset"})
+        reply = ask(sock, {"type": "step", "data": {}})
+        assert reply["data"]["code"] == "EXECUTION_ERROR"
+        assert "expected an Observation" in reply["data"]["message"]
+
+
+def test_http_routes_describe_the_environment(counter_url: str) -> None:
+    import httpx
+
+    with httpx.Client(base_url=counter_url, trust_env=False) as http:
+        assert http.get("/health").json() == {"status": "healthy", "active_sessions": 0, "max_sessions": 8}
+        schema = http.get("/schema").json()
+        assert set(schema) == {"action", "observation", "state"}
+        assert "amount" in schema["action"]["properties"]
+        metadata = http.get("/metadata").json()
+        assert metadata["name"] == "CounterEnvironment" and metadata["tools"] == ["add", "peek"]
+        tools = {t["function"]["name"]: t for t in http.get("/tools").json()["tools"]}
+        assert tools["add"]["function"]["parameters"]["required"] == ["amount"]
+        assert http.post("/step", json={"action": {}}).status_code in (404, 405)
