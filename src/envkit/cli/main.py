@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -10,6 +11,7 @@ import click
 #: command name → (module under envkit.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve an environment over WebSocket."),
+    "bench": ("bench", "Load a running server with concurrent sessions and report steps/s, latency, failures."),
 }
 
 
@@ -43,5 +45,16 @@ def cli() -> None:
 
 
 def main(argv: Any = None) -> None:
-    """Console entry point."""
-    cli.main(args=argv, prog_name="envkit")
+    """Console entry point: errors are one line on stderr; exit 2 for usage errors, 1 for failures."""
+    try:
+        cli.main(args=argv, prog_name="envkit", standalone_mode=False)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else "envkit"
+        click.echo(f"{command}: error: {error.format_message()} (see '{command} --help')", err=True)
+        sys.exit(2)
+    except click.ClickException as error:
+        click.echo(f"envkit: error: {error.format_message()}", err=True)
+        sys.exit(error.exit_code)
+    except click.Abort:
+        click.echo("envkit: aborted", err=True)
+        sys.exit(1)

@@ -1,0 +1,74 @@
+"""`envkit serve` as a user runs it: real subprocesses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import subprocess_env
+
+from envkit import EnvClient
+from envkit.testing import ServedProcess
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True, timeout=60,
+                          env=env or subprocess_env())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "no_such_env"], "'no_such_env' is neither a bundled env ("),
+    (["serve", "sample_envs:Missing"], "has no attribute 'Missing'"),
+    (["serve", "no_module_here:Env"], "cannot import 'no_module_here'"),
+    (["serve", "sample_envs:CounterAction"], "not an envkit Environment subclass"),
+    (["serve", "sample_envs:SingleSessionEnvironment", "--max-concurrent-envs", "4"], "SUPPORTS_CONCURRENT_SESSIONS"),
+    (["serve", "echo", "--port", "99999"], "Invalid value for '--port'"),
+    (["serve", "echo", "--max-concurrent-envs", "0"], "Invalid value for '--max-concurrent-envs'"),
+    (["serve", "echo", "--session-timeout", "-1"], "Invalid value for '--session-timeout'"),
+    (["serve", "echo", "--bogus"], "No such option '--bogus'"),
+    (["serve"], "Missing argument 'TARGET'"),
+])
+def test_bad_target_or_flag_is_a_usage_error(args: list[str], message: str) -> None:
+    done = envkit(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_bad_environment_variable_is_a_usage_error() -> None:
+    done = envkit("serve", "echo", env=subprocess_env(MAX_CONCURRENT_ENVS="lots"))
+    assert done.returncode == 2 and "MAX_CONCURRENT_ENVS='lots' is not a number" in done.stderr
+
+
+def test_serve_honours_max_concurrent_envs_from_the_environment() -> None:
+    with ServedProcess("echo", env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
+        assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 3
+        assert "max 3 sessions" in "".join(served.output)
+
+
+def test_serve_flag_beats_the_environment_and_an_env_folder_path_works() -> None:
+    with ServedProcess(str(REPO / "envs" / "echo"), "--max-concurrent-envs", "5",
+                       env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
+        assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 5
+        with EnvClient(served.url).sync() as env:
+            env.reset()
+            assert env.step({"message": "folder"}).reward == pytest.approx(0.6)
+
+
+def test_serve_module_class_target() -> None:
+    with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", env=subprocess_env()) as served:
+        metadata = httpx.get(served.url + "/metadata", trust_env=False).json()
+        assert metadata["name"] == "CounterEnvironment" and metadata["session_timeout_s"] == 30
+        with EnvClient(served.url).sync() as env:
+            env.reset()
+            assert env.call("add", amount=4).observation["total"] == 4
+
+
+def test_help_has_an_example() -> None:
+    done = envkit("serve", "--help")
+    assert done.returncode == 0 and "envkit serve echo --port 8001" in done.stdout
