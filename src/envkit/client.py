@@ -22,7 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from .errors import CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
-from .protocol import REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
 
 __all__ = ["EnvClient", "SyncEnvClient", "StepResult", "ToolResult"]
 
@@ -31,12 +31,17 @@ T = TypeVar("T")
 
 @dataclass
 class StepResult:
-    """What `reset` and `step` return: the observation, its reward and whether the episode ended."""
+    """What `reset` and `step` return: the observation, its reward and whether the episode ended.
+
+    `text` is the observation as the environment renders it for a language model (envkit servers only; None from
+    servers that do not send it).
+    """
 
     observation: Any
     reward: float | None
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
 
 
 @dataclass
@@ -96,7 +101,7 @@ class EnvClient:
         self.message_timeout = message_timeout
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
-        self.headers = dict(headers or {})
+        self.headers = {FEATURES_HEADER: "text", **(headers or {})}
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
@@ -262,7 +267,7 @@ class EnvClient:
 
     def _step_result(self, data: dict[str, Any]) -> StepResult:
         return StepResult(self._parse_observation(data), data.get("reward"), bool(data.get("done", False)),
-                          data.get("metadata") or {})
+                          data.get("metadata") or {}, data.get("text"))
 
     def sync(self) -> SyncEnvClient:
         """A synchronous client over this one (its calls run on a shared background event loop)."""

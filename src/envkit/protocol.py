@@ -21,13 +21,16 @@ import orjson
 from .environment import Observation
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError", "decode_frame",
-    "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError",
+    "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
 ]
 
 SESSION_ID_HEADER = "x-envkit-session-id"
 #: Sent with the handshake of a connection the server accepts only to refuse it (capacity, shutdown, factory).
 REFUSED_HEADER = "x-envkit-refused"
+#: Sent by a client with the handshake; `text` asks for observation frames to carry `"text"`, the observation rendered
+#: by `Observation.as_text()` (what a language model reads). Plain OpenEnv clients do not send it and get plain frames.
+FEATURES_HEADER = "x-envkit-features"
 
 
 class ErrorCode:
@@ -114,8 +117,11 @@ def observation_payload(observation: Observation) -> dict[str, Any]:
     return payload
 
 
-def observation_frame(observation: Observation) -> str:
-    return encode({"type": "observation", "data": observation_payload(observation)})
+def observation_frame(observation: Observation, *, with_text: bool = False) -> str:
+    data = observation_payload(observation)
+    if with_text:
+        data["text"] = observation.as_text()
+    return encode({"type": "observation", "data": data})
 
 
 def state_frame(state: Any) -> str:

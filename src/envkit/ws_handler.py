@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .protocol import (
+    FEATURES_HEADER,
     REFUSED_HEADER,
     SESSION_ID_HEADER,
     CloseCode,
@@ -83,7 +84,8 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            await self._serve(websocket, session)
+            with_text = "text" in websocket.headers.get(FEATURES_HEADER, "").replace(" ", "").split(",")
+            await self._serve(websocket, session, with_text)
         finally:
             if session is not None:
                 await session.end(CloseCode.NORMAL, "session closed")
@@ -104,7 +106,7 @@ class SessionHandler:
                                               max_sessions=pool.max_sessions))
         await websocket.close(code, reason)
 
-    async def _serve(self, websocket: WebSocket, session: Session) -> None:
+    async def _serve(self, websocket: WebSocket, session: Session, with_text: bool) -> None:
         while session.ended is None:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
@@ -114,7 +116,7 @@ class SessionHandler:
                 raw = message.get("bytes") or b""
             session.busy = True
             try:
-                reply = await self.answer(session, raw)
+                reply = await self.answer(session, raw, with_text=with_text)
             finally:
                 session.busy = False
                 session.last_active = time.monotonic()
@@ -122,19 +124,24 @@ class SessionHandler:
                 return
             await websocket.send_text(reply)
 
-    async def answer(self, session: Session, raw: str | bytes) -> str | None:
-        """The reply frame to one client frame, or None when the client asked to close."""
+    async def answer(self, session: Session, raw: str | bytes, *, with_text: bool = False) -> str | None:
+        """The reply frame to one client frame, or None when the client asked to close.
+
+        `with_text`: observation frames also carry `"text"` (the client asked for it in the handshake).
+        """
         if len(raw) > self.max_message_bytes:
             return error_frame(ErrorCode.MESSAGE_TOO_BIG, f"message of {len(raw)} bytes exceeds the server's limit of "
                                f"{self.max_message_bytes} bytes; send smaller actions")
         try:
             kind, data = decode_frame(raw)
             if kind == "step":
-                return observation_frame(self._checked(await session.step(self._action(session, data)), "step"))
+                return observation_frame(self._checked(await session.step(self._action(session, data)), "step"),
+                                         with_text=with_text)
             if kind == "call":
                 return await self._call(session, data)
             if kind == "reset":
-                return observation_frame(self._checked(await session.reset(self._reset_kwargs(data)), "reset"))
+                return observation_frame(self._checked(await session.reset(self._reset_kwargs(data)), "reset"),
+                                         with_text=with_text)
             if kind == "state":
                 return state_frame(await session.state())
             if kind == "close":
