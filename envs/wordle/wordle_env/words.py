@@ -1,0 +1,34 @@
+"""The shipped word lists: the secret words and the dictionary of valid guesses.
+
+Both are plain text files in `wordle_env/data/`, one lowercase five-letter word a line, read once
+per process. Nothing is downloaded at run time; the README says where each list comes from.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+__all__ = ["secret_words", "valid_words", "is_valid_guess"]
+
+
+def _read(name: str) -> tuple[str, ...]:
+    text = resources.files("wordle_env").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+@cache
+def secret_words() -> tuple[str, ...]:
+    """The words a game draws its secret from, in the order seeds index them (140 Basic English nouns)."""
+    return _read("secret_words.txt")
+
+
+@cache
+def valid_words() -> frozenset[str]:
+    """Every word accepted as a guess (about 5,700 five-letter English words, the secret words among them)."""
+    return frozenset(_read("valid_words.txt")) | frozenset(secret_words())
+
+
+def is_valid_guess(word: str) -> bool:
+    """Whether `word` (any case) is in the guess dictionary."""
+    return word.lower() in valid_words()
