@@ -1,0 +1,86 @@
+"""Reward information beyond the game's own reward.
+
+`reward_components` breaks a game into parts a trainer can weigh into its own reward (win, speed,
+greens, yellows, invalid moves). `RewardSignals` computes the `info["reward_signals"]` that
+OpenEnv's TextArena server attaches to every Wordle step, by the same reading of the game text, so
+code written against that server finds the same numbers here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .game import GREEN, NUM_GUESSES, WORD_LENGTH, YELLOW, WordleGame, partial_score
+
+__all__ = ["reward_components", "RewardSignals"]
+
+_BRACKETED_GUESS = re.compile(r"\[[A-Za-z]{5}\]")
+#: What OpenEnv records when a message holds no recognisable guess.
+_NO_GUESS = "[dunno]"
+
+
+def reward_components(game: WordleGame) -> dict[str, float]:
+    """The parts of a game's outcome, each a float.
+
+    - `win`: 1 if the secret was guessed, else 0.
+    - `speed`: on a win, `(6 - guesses) / 5`: 1 for a first-guess win, 0 for a sixth-guess win.
+    - `greens`, `yellows`: the last valid guess's greens and yellows, each divided by 5.
+    - `partial`: `(greens + 0.5 * yellows) / 5` of the last valid guess (TextArena's loss reward).
+    - `invalid_moves`: invalid moves made this game (warned or game-ending).
+    """
+    feedback = game.last_feedback() or ()
+    won = game.won
+    return {
+        "win": float(won),
+        "speed": (NUM_GUESSES - len(game.guesses)) / (NUM_GUESSES - 1) if won else 0.0,
+        "greens": feedback.count(GREEN) / WORD_LENGTH,
+        "yellows": feedback.count(YELLOW) / WORD_LENGTH,
+        "partial": partial_score(feedback or None),
+        "invalid_moves": float(game.invalid_moves),
+    }
+
+
+def normalized_guess(message: str) -> str:
+    """The guess OpenEnv reads from a raw message: the first `[abcde]`, else its first five letters."""
+    match = _BRACKETED_GUESS.search(message)
+    if match:
+        return match.group(0).lower()
+    letters = re.sub(r"[^a-z]", "", message.lower())
+    return f"[{letters[:5]}]" if len(letters) >= WORD_LENGTH else _NO_GUESS
+
+
+def feedback_counts(transcript: str) -> tuple[int, int]:
+    """(greens, yellows) of the latest feedback row in the rendered transcript; (0, 0) before any."""
+    text = transcript.strip()
+    if "Feedback:" not in text:
+        return 0, 0
+    lines = [line.strip() for line in text.split("Feedback:", 1)[1].strip().split("\n") if line.strip()]
+    if len(lines) < 2:
+        return 0, 0
+    for line in reversed(lines):
+        row = line.replace(" ", "")
+        if row and all(mark in "GYX" for mark in row):
+            return row.count(GREEN), row.count(YELLOW)
+    return 0, 0
+
+
+class RewardSignals:
+    """OpenEnv's per-step Wordle signals: `wordle.greens`, `.yellows`, `.repetitions`, `.correct`."""
+
+    def __init__(self) -> None:
+        self._guess_counts: dict[str, int] = {}
+
+    def compute(self, message: str, transcript: str, reward: float) -> dict[str, float]:
+        """The signals after a step with `message` that left `transcript` and `reward`."""
+        guess = normalized_guess(message)
+        guess = "" if guess == _NO_GUESS else guess
+        previous = self._guess_counts.get(guess, 0) if guess else 0
+        if guess:
+            self._guess_counts[guess] = previous + 1
+        greens, yellows = feedback_counts(transcript)
+        return {
+            "wordle.greens": greens / WORD_LENGTH,
+            "wordle.yellows": yellows / WORD_LENGTH,
+            "wordle.repetitions": 1.0 - previous,
+            "wordle.correct": reward,
+        }
