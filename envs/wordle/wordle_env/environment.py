@@ -69,10 +69,11 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
                                      "turn_count": game.turn}
         if game.end_reason is not None:
             game_info["reason"] = game.end_reason
+        history = [[word, list(marks)] for word, marks in game.guesses]
         raw_state = {
             "turn": game.turn,
-            "game_state": {"secret_word": game.secret, "guess_history": [[word, list(marks)] for word, marks in game.guesses],
-                           "word_length": WORD_LENGTH, "num_guesses": NUM_GUESSES},
+            "game_state": {"secret_word": game.secret, "guess_history": history, "word_length": WORD_LENGTH,
+                           "num_guesses": NUM_GUESSES},
             "logs": [[GAME_ID, text] for text in game.transcript],
             "rewards": None if game.reward is None else {str(PLAYER_ID): game.reward},
             "done": game.done,

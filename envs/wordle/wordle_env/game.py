@@ -47,8 +47,8 @@ def score_guess(guess: str, secret: str) -> tuple[str, ...]:
     Greens are assigned first; then, left to right, a letter present among the secret's letters not
     yet matched is yellow and uses up one such letter; every other letter is grey.
     """
-    marks = [GREEN if g == s else "" for g, s in zip(guess, secret)]
-    unmatched = [s for s, mark in zip(secret, marks) if not mark]
+    marks = [GREEN if g == s else "" for g, s in zip(guess, secret, strict=True)]
+    unmatched = [s for s, mark in zip(secret, marks, strict=True) if not mark]
     for index, letter in enumerate(guess):
         if marks[index]:
             continue

@@ -28,10 +28,13 @@ wordle_module.pos_tag = lambda tokens: [(token, "NN") for token in tokens]
 
 EPISODES = [
     {"name": "seeded_win", "seed": 7, "actions": ["[crane]", "I think [ghost] fits", "SECRET"]},
-    {"name": "loss_speed", "word": "speed", "actions": ["[erase]", "[geese]", "[abbey]", "[crane]", "[slate]", "[ghost]"]},
-    {"name": "invalid_paths", "word": "abbey", "actions": ["crane is my guess", "[babes]", "[cat]", "[crane]", "[crane]", "[qqqqq]"]},
+    {"name": "loss_speed", "word": "speed",
+     "actions": ["[erase]", "[geese]", "[abbey]", "[crane]", "[slate]", "[ghost]"]},
+    {"name": "invalid_paths", "word": "abbey",
+     "actions": ["crane is my guess", "[babes]", "[cat]", "[crane]", "[crane]", "[qqqqq]"]},
     {"name": "two_format_errors", "word": "erase", "actions": ["[crane", "crane]"]},
-    {"name": "tags_and_case", "word": "erase", "actions": ["speed", "[Player] [GEESE]", "[GAME][eerie] and more", "[not a word]", "[ERASE]"]},
+    {"name": "tags_and_case", "word": "erase",
+     "actions": ["speed", "[Player] [GEESE]", "[GAME][eerie] and more", "[not a word]", "[ERASE]"]},
     {"name": "first_guess_win", "word": "geese", "actions": ["[GEESE]"]},
     {"name": "digits_then_long", "word": "blade", "actions": ["[12345]", "[kebab]", "[kebabs]", "[blade]"]},
 ]
