@@ -1,0 +1,135 @@
+"""`envkit new`: the rendered env is complete, installs, passes its own tests and serves; bad names write nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from envkit import EnvClient
+from envkit.scaffold import render_env
+from envkit.testing import ServedProcess
+from envkit.validate import read_front_matter
+
+EXPECTED_FILES = {
+    ".dockerignore", ".gitignore", "Dockerfile", "README.md", "pyproject.toml",
+    "demo_env/__init__.py", "demo_env/client.py", "demo_env/environment.py", "demo_env/models.py",
+    "demo_env/server.py", "tests/test_demo_env.py",
+}
+
+
+def envkit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`envkit new demo_env` run once, as a user would, for the tests that only read the result."""
+    output = tmp_path_factory.mktemp("new")
+    done = envkit("new", "demo_env", "--output-dir", str(output / "envs"))
+    assert done.returncode == 0, done.stderr
+    assert "pip install -e" in done.stdout and "envkit serve" in done.stdout
+    return output / "envs" / "demo_env"
+
+
+def test_new_writes_a_complete_env_and_nothing_else(rendered: Path) -> None:
+    files = {path.relative_to(rendered).as_posix() for path in rendered.rglob("*") if path.is_file()}
+    assert files == EXPECTED_FILES
+    assert os.listdir(rendered.parent) == ["demo_env"]  # no scratch folder left behind
+    for path in rendered.rglob("*"):
+        if path.is_file():
+            assert "cookiecutter" not in path.read_text() and "{{" not in path.read_text(), path
+
+
+def test_rendered_names_card_and_manifest_fit_together(rendered: Path) -> None:
+    card = read_front_matter(rendered / "README.md")
+    assert card["sdk"] == "docker" and card["app_port"] == 8000 and "envkit" in card["tags"]
+    assert card["title"] == "Demo Env (envkit)"
+    project = tomllib.loads((rendered / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "demo-env"
+    assert project["tool"]["envkit"] == {"name": "demo_env",
+                                         "environment": "demo_env.environment:DemoEnvEnvironment"}
+    assert "class DemoEnvClient(EnvClient)" in (rendered / "demo_env" / "client.py").read_text()
+    assert "@tool" in (rendered / "demo_env" / "environment.py").read_text()
+
+
+def test_rendered_env_installs_editable_and_its_own_tests_pass(rendered: Path, tmp_path: Path) -> None:
+    """`pip install -e` into a fresh venv (envkit and pytest come from this interpreter's site-packages)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "-e", str(rendered)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    located = subprocess.run([str(venv / "bin" / "python"), "-c", "import demo_env; print(demo_env.__file__)"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert located.stdout.strip() == str(rendered / "demo_env" / "__init__.py")
+    tests = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            str(rendered)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "5 passed" in tests.stdout
+
+
+def test_envkit_serve_serves_the_rendered_env(rendered: Path) -> None:
+    with ServedProcess(str(rendered)) as served, EnvClient(served.url).sync() as env:
+        first = env.reset(seed=4)
+        assert "Guess a number between 1 and 100" in first.observation["message"]
+        result = env.step({"guess": 50})
+        assert result.observation["guesses_left"] == 6
+        called = env.call("guess", number=20)
+        assert called.observation["guesses_left"] == 5
+        assert env.metadata()["name"] == "demo_env"
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "the env name is empty"),
+    ("My-Env", "'My-Env' is not a Python identifier"),
+    ("9lives", "try `env_9lives`"),
+    ("my env", "try `my_env`"),
+    ("MyEnv", "must be lowercase"),
+    ("_private", "must be lowercase and start with a letter"),
+    ("class", "is a Python keyword"),
+    ("match", "is a Python keyword"),
+    ("json", "already a module name (standard library"),
+    ("envkit", "already a module name"),
+    ("tests", "already a module name"),
+    ("fastapi", "the name of an installed module"),
+])
+def test_bad_names_are_usage_errors_that_write_nothing(tmp_path: Path, name: str, message: str) -> None:
+    done = envkit("new", name, "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_target_is_left_untouched(tmp_path: Path) -> None:
+    (tmp_path / "demo_env").mkdir()
+    (tmp_path / "demo_env" / "notes.txt").write_text("mine")
+    done = envkit("new", "demo_env", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "already exists" in done.stderr and "nothing was changed" in done.stderr
+    assert [path.name for path in (tmp_path / "demo_env").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "demo_env" / "notes.txt").read_text() == "mine"
+
+
+def test_output_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("")
+    done = envkit("new", "demo_env", "--output-dir", str(tmp_path / "taken"))
+    assert done.returncode == 2
+    assert "is a file, not a folder" in done.stderr
+
+
+def test_a_failed_render_removes_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cookiecutter.generate
+
+    def fail(**_: object) -> str:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cookiecutter.generate, "generate_files", fail)
+    with pytest.raises(OSError, match="disk full"):
+        render_env("demo_env", tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
