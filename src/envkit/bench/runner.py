@@ -1,0 +1,190 @@
+"""Running loads: N sessions in step, a ramp to the largest N that holds, and session churn.
+
+Every run is bounded: `timeout_s` for a load, a time budget for a ramp, a duration for churn.
+Sessions still busy when time runs out count as failures ("timed out").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import secrets
+import time
+from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+
+from ..client import websocket_url
+from .drivers import driver_class
+from .report import ChurnResult, LoadResult, RampResult, latency_summary
+from .script import ActionTemplate, SessionScript, Tally
+
+__all__ = ["run_load", "run_ramp", "run_churn", "run_sync", "DEFAULT_CONNECT_CONCURRENCY"]
+
+T = TypeVar("T")
+Progress = Callable[[str], None]
+
+#: Handshakes in flight at once; more only fills the server's accept queue.
+DEFAULT_CONNECT_CONCURRENCY = 128
+PROGRESS_EVERY_S = 1.0
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a benchmark coroutine on uvloop when installed, after raising the open-file limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+async def _report_progress(progress: Progress, describe: Callable[[], str]) -> None:
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY_S)
+        progress(describe())
+
+
+async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any] | None = None, client: str = "auto",
+                   timeout_s: float = 60.0, connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY,
+                   on_open: Callable[[], Awaitable[None]] | None = None, progress: Progress | None = None) -> LoadResult:
+    """Open `sessions` sessions, reset each, then (once all are open) step each `steps` times in sequence.
+
+    `on_open` is awaited while every session is open and before any steps, e.g. to measure the
+    server's memory with all of them held. The run stops after `timeout_s` whatever remains.
+    """
+    driver_cls = driver_class(client)
+    url = websocket_url(url)
+    tally = Tally()
+    template = ActionTemplate(action)
+    run_id = secrets.token_hex(3)
+    drivers = [driver_cls(url, SessionScript(tally, template, run_id, index, steps)) for index in range(sessions)]
+    gate = asyncio.Semaphore(connect_concurrency)
+    all_opened, start = asyncio.Event(), asyncio.Event()
+    opened = 0
+    marks: dict[str, float] = {}
+    started, cpu_started = time.perf_counter(), time.process_time()
+
+    async def session(driver: Any) -> None:
+        nonlocal opened
+        async with gate:
+            await driver.open()
+        opened += 1
+        if opened == sessions:
+            all_opened.set()
+        if driver.script.outcome is None:
+            await start.wait()
+            await driver.run_steps()
+            marks["last_step"] = time.perf_counter()
+        await driver.close()
+
+    async def release_steps() -> None:
+        await all_opened.wait()
+        if on_open is not None:
+            await on_open()
+        marks["steps"], marks["steps_cpu"] = time.perf_counter(), time.process_time()
+        start.set()
+
+    def describe() -> str:
+        rate = tally.steps / (time.perf_counter() - marks["steps"]) if "steps" in marks else 0.0
+        return f"open {opened}/{sessions}  steps {tally.steps}/{sessions * steps}  {rate:,.0f} steps/s"
+
+    tasks = [asyncio.ensure_future(session(driver)) for driver in drivers]
+    helpers = [asyncio.ensure_future(release_steps())]
+    if progress is not None:
+        helpers.append(asyncio.ensure_future(_report_progress(progress, describe)))
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout_s)
+    except asyncio.TimeoutError:
+        for driver in drivers:
+            driver.script.fail(f"timed out: still running after {timeout_s:g} s")
+        await asyncio.gather(*(driver.close() for driver in drivers), return_exceptions=True)
+    finally:
+        for helper in helpers:
+            helper.cancel()
+    ended, cpu_ended = time.perf_counter(), time.process_time()
+    step_start = marks.get("steps", started)
+    step_seconds = max(marks.get("last_step", ended) - step_start, 1e-9) if tally.steps else 0.0
+    cpu_window = ended - marks.get("steps", started)
+    return LoadResult(
+        url=url, client=driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
+        steps=tally.steps, step_seconds=round(step_seconds, 4),
+        steps_per_s=round(tally.steps / step_seconds, 1) if tally.steps else 0.0,
+        step_latency_ms=latency_summary(tally.step_latencies), connect_reset_ms=latency_summary(tally.connect_latencies),
+        failures=dict(tally.failures), mismatches=tally.mismatches if template.checks_echo else None,
+        loadgen_cpu=round((cpu_ended - marks.get("steps_cpu", cpu_started)) / max(cpu_window, 1e-9), 3),
+        wall_s=round(ended - started, 3))
+
+
+async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, steps: int = 3, budget_s: float = 60.0,
+                   threshold: float = 0.95, action: dict[str, Any] | None = None, client: str = "auto",
+                   connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY, progress: Progress | None = None) -> RampResult:
+    """Double the number of sessions held open at once until fewer than `threshold` succeed.
+
+    Stops at the first failing level, at `max_sessions`, or when `budget_s` is spent.
+    """
+    began = time.perf_counter()
+    levels: list[dict[str, Any]] = []
+    best, sessions = 0, start
+    client_name = driver_class(client).name
+    while True:
+        remaining = budget_s - (time.perf_counter() - began)
+        if remaining < 1.0:
+            stopped = f"time budget of {budget_s:g} s spent"
+            break
+        if progress is not None:
+            progress(f"ramp: {sessions} sessions")
+        result = await run_load(url, sessions, steps, action=action, client=client, timeout_s=remaining,
+                                connect_concurrency=connect_concurrency, progress=progress)
+        levels.append({key: value for key, value in result.to_dict().items() if key not in ("url", "client", "mode")})
+        if result.success_rate < threshold:
+            if any(reason.startswith("timed out") for reason in result.failures):
+                stopped = (f"time budget of {budget_s:g} s ran out during the {sessions}-session level "
+                           f"({result.success_rate:.1%} had succeeded)")
+            else:
+                stopped = f"{sessions} sessions: {result.success_rate:.1%} succeeded, below {threshold:.0%}"
+            break
+        best = sessions
+        if sessions >= max_sessions:
+            stopped = f"reached the ramp maximum of {max_sessions} sessions"
+            break
+        sessions = min(sessions * 2, max_sessions)
+    return RampResult(url=websocket_url(url), client=client_name, max_sessions_held=best, threshold=threshold,
+                      stopped_because=stopped, levels=levels, wall_s=round(time.perf_counter() - began, 2))
+
+
+async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str = "auto",
+                    progress: Progress | None = None) -> ChurnResult:
+    """`workers` loops each opening a session, resetting it and closing it, again and again, for `seconds`."""
+    driver_cls = driver_class(client)
+    url = websocket_url(url)
+    tally = Tally()
+    template = ActionTemplate()
+    run_id = secrets.token_hex(3)
+    began, cpu_began = time.perf_counter(), time.process_time()
+    deadline = began + seconds
+
+    async def loop(worker: int) -> None:
+        count = 0
+        while time.perf_counter() < deadline:
+            driver = driver_cls(url, SessionScript(tally, template, run_id, worker * 1_000_000 + count, 0))
+            await driver.open()
+            await driver.close()
+            count += 1
+
+    reporter = None
+    if progress is not None:
+        reporter = asyncio.ensure_future(_report_progress(
+            progress, lambda: f"churn: {tally.sessions_ok} sessions, {sum(tally.failures.values())} failed"))
+    try:
+        await asyncio.wait_for(asyncio.gather(*(loop(worker) for worker in range(workers))), seconds + 30)
+    except asyncio.TimeoutError:
+        tally.failures["timed out: a session did not open or close within 30 s"] += 1
+    finally:
+        if reporter is not None:
+            reporter.cancel()
+    elapsed = time.perf_counter() - began
+    return ChurnResult(url=url, client=driver_cls.name, workers=workers, sessions=tally.sessions_ok,
+                       seconds=round(elapsed, 3), sessions_per_s=round(tally.sessions_ok / elapsed, 1),
+                       connect_reset_ms=latency_summary(tally.connect_latencies), failures=dict(tally.failures),
+                       loadgen_cpu=round((time.process_time() - cpu_began) / elapsed, 3))

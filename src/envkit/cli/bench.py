@@ -1,0 +1,111 @@
+"""`envkit bench --url URL`: load a running server with concurrent sessions and report what it sustained."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import click
+
+
+def _parse_action(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        action = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not valid JSON ({error}); example: '{{\"message\": \"{{token}}\"}}'",
+                                 param_hint="--action") from None
+    if not isinstance(action, dict):
+        raise click.BadParameter("must be a JSON object of the environment's action fields, "
+                                 "e.g. '{\"message\": \"{token}\"}'", param_hint="--action")
+    return action
+
+
+def _progress_printer(enabled: bool) -> Any:
+    if not enabled:
+        return None
+
+    def show(line: str) -> None:
+        click.echo(f"\r\033[K{line}", err=True, nl=False)
+
+    return show
+
+
+@click.command("bench")
+@click.option("--url", required=True, help="The server: ws://HOST:PORT, http://HOST:PORT or either ending in /ws.")
+@click.option("--sessions", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Concurrent sessions (churn: concurrent open/close loops).")
+@click.option("--steps", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Step round trips per session, one after another.")
+@click.option("--action", "action_json", default=None,
+              help='Action JSON for each step; "{token}" is replaced by a per-step token that the reply must '
+                   'carry [default: {"message": "{token}"}].')
+@click.option("--ramp", is_flag=True, help="Find the most sessions held open at once with >= 95% success.")
+@click.option("--ramp-start", type=click.IntRange(min=1), default=64, show_default=True, help="First ramp level.")
+@click.option("--ramp-max", type=click.IntRange(min=1), default=16384, show_default=True, help="Last ramp level.")
+@click.option("--budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Time budget of a ramp, in seconds.")
+@click.option("--churn", type=click.FloatRange(min=0.1), default=None,
+              help="Instead of stepping, open and close sessions for this many seconds; reports sessions/s.")
+@click.option("--hold", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Keep all sessions open this many seconds after reset, before the steps.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="Stop a load run after this many seconds, whatever is left.")
+@click.option("--client", type=click.Choice(["auto", "picows", "websockets"]), default="auto", show_default=True,
+              help="Client library (auto: picows when installed).")
+@click.option("--connect-concurrency", type=click.IntRange(min=1), default=128, show_default=True,
+              help="WebSocket handshakes in flight at once.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+def command(url: str, sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
+            budget: float, churn: float | None, hold: float, timeout: float, client: str, connect_concurrency: int,
+            as_json: bool, quiet: bool) -> None:
+    """Load a running server with concurrent sessions: steps/s, latency, failures and correctness.
+
+    Each session resets, then sends STEPS step frames in sequence; each step carries a token of
+    its own and the reply must carry it back (mismatches are counted). Works against envkit and
+    OpenEnv servers alike.
+
+    \b
+    Examples:
+      envkit bench --url ws://127.0.0.1:8001 --sessions 64 --steps 200
+      envkit bench --url ws://127.0.0.1:8001 --ramp --budget 60 --json
+      envkit bench --url ws://127.0.0.1:8001 --churn 5 --sessions 16
+    """
+    from ..bench import run_churn, run_load, run_ramp, run_sync
+    from ..bench.drivers import driver_class
+
+    if ramp and churn is not None:
+        raise click.UsageError("--ramp and --churn measure different things; pass one of them")
+    if ramp and ramp_start > ramp_max:
+        raise click.UsageError(f"--ramp-start {ramp_start} is above --ramp-max {ramp_max}")
+    action = _parse_action(action_json)
+    try:
+        driver_class(client)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    progress = _progress_printer(not quiet and sys.stderr.isatty())
+    if ramp:
+        result: Any = run_sync(run_ramp(url, start=ramp_start, max_sessions=ramp_max, steps=steps, budget_s=budget,
+                                        action=action, client=client, connect_concurrency=connect_concurrency,
+                                        progress=progress))
+        succeeded = any(level["sessions_ok"] for level in result.levels)
+        failures = result.levels[-1]["failures"] if result.levels else {}
+    elif churn is not None:
+        result = run_sync(run_churn(url, churn, workers=sessions, client=client, progress=progress))
+        succeeded, failures = result.sessions > 0, result.failures
+    else:
+        result = run_sync(run_load(url, sessions, steps, action=action, client=client, timeout_s=timeout,
+                                   connect_concurrency=connect_concurrency,
+                                   on_open=(lambda: asyncio.sleep(hold)) if hold else None, progress=progress))
+        succeeded, failures = result.sessions_ok > 0, result.failures
+    if progress is not None:
+        click.echo("\r\033[K", err=True, nl=False)
+    click.echo(json.dumps(result.to_dict()) if as_json else result.text())
+    if not succeeded:
+        reasons = ", ".join(f"{reason} ({count})" for reason, count in failures.items()) or "no reason recorded"
+        raise click.ClickException(f"no session succeeded against {url}: {reasons}; is an environment server "
+                                   "running there (envkit serve ENV --port PORT)?")

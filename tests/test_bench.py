@@ -1,0 +1,201 @@
+"""`envkit bench` against real servers on 127.0.0.1: counting, failures by reason, JSON output, the ramp.
+
+Runs are small and bounded; speed figures are printed by benchmarks/side_by_side.py, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any, Iterator
+
+import pytest
+
+from envkit import Action, Environment, Observation, State, create_app
+from envkit.bench import available_clients, run_churn, run_load, run_ramp, run_sync
+from envkit.bench.script import ActionTemplate, SessionScript, Tally
+from envkit.testing import running_server
+
+
+class Said(Action):
+    message: str = ""
+    fail: bool = False
+    sleep_s: float = 0.0
+
+
+class Heard(Observation):
+    echoed_message: str = ""
+
+
+class LaggingEcho(Environment[Said, Heard, State]):
+    """Answers each step with the message of the step before it (any session's): every reply is stale."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    RUN_INLINE = True
+    previous = ""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Heard:
+        return Heard()
+
+    def step(self, action: Said) -> Heard:
+        heard, LaggingEcho.previous = LaggingEcho.previous, action.message
+        return Heard(echoed_message=heard)
+
+    @property
+    def state(self) -> State:
+        return State()
+
+
+class Echo(LaggingEcho):
+    """Echoes faithfully; fails or sleeps when the action asks."""
+
+    async def step_async(self, action: Said) -> Heard:
+        if action.fail:
+            raise RuntimeError("asked to fail")
+        await asyncio.sleep(action.sleep_s)
+        return Heard(echoed_message=action.message)
+
+
+def serve(env: type[Environment], max_sessions: int = 64) -> Any:
+    return running_server(create_app(env, Said, Heard, max_concurrent_envs=max_sessions))
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[str]:
+    with serve(Echo, max_sessions=256) as url:
+        yield url
+
+
+@pytest.mark.parametrize("client", available_clients())
+def test_load_counts_steps_and_checks_every_reply(echo: str, client: str) -> None:
+    result = run_sync(run_load(echo, 8, 5, client=client))
+    assert result.client == client
+    assert (result.sessions_ok, result.steps, result.mismatches, result.failures) == (8, 40, 0, {})
+    assert result.success_rate == 1.0
+    assert set(result.step_latency_ms) == {"p50", "p90", "p99", "max"}
+    assert result.step_latency_ms["p50"] <= result.step_latency_ms["max"]
+
+
+@pytest.mark.parametrize("client", available_clients())
+def test_stale_replies_are_counted_as_mismatches(client: str) -> None:
+    with serve(LaggingEcho) as url:
+        result = run_sync(run_load(url, 1, 6, client=client))
+    assert result.mismatches == 6
+    assert result.sessions_ok == 0
+    assert result.failures == {"mismatch": 1}
+
+
+def test_without_a_token_in_the_action_correctness_is_not_checked(echo: str) -> None:
+    result = run_sync(run_load(echo, 2, 3, action={"message": "same for everyone"}))
+    assert result.mismatches is None
+    assert result.sessions_ok == 2
+    assert "not checked" in result.text()
+
+
+@pytest.mark.parametrize("client", available_clients())
+def test_failures_are_counted_by_reason(echo: str, client: str) -> None:
+    failing = run_sync(run_load(echo, 3, 2, action={"message": "{token}", "fail": True}, client=client))
+    assert failing.failures == {"error frame: EXECUTION_ERROR": 3}
+    invalid = run_sync(run_load(echo, 2, 2, action={"nonsense": "{token}"}, client=client))
+    assert invalid.failures == {"error frame: VALIDATION_ERROR": 2}
+    with serve(Echo, max_sessions=2) as url:
+        crowded = run_sync(run_load(url, 5, 2, client=client))
+    assert crowded.sessions_ok == 2
+    assert crowded.failures == {"error frame: CAPACITY_REACHED": 3}
+
+
+@pytest.mark.parametrize("client", available_clients())
+def test_nothing_listening_is_a_connect_failure(client: str) -> None:
+    with serve(Echo) as url:
+        pass  # the port is free again once the server stopped
+    result = run_sync(run_load(url, 2, 1, client=client))
+    assert result.failures == {"connect: connection refused": 2}
+
+
+def test_a_run_past_its_timeout_stops_and_counts_the_rest(echo: str) -> None:
+    result = run_sync(run_load(echo, 2, 1, action={"message": "{token}", "sleep_s": 2}, timeout_s=0.5))
+    assert result.failures == {"timed out: still running after 0.5 s": 2}
+
+
+def test_ramp_stops_by_itself_at_the_first_level_below_95_percent() -> None:
+    with serve(Echo, max_sessions=40) as url:
+        result = run_sync(run_ramp(url, start=10, max_sessions=1000, steps=1, budget_s=60))
+    assert [level["sessions"] for level in result.levels] == [10, 20, 40, 80]
+    assert result.max_sessions_held == 40
+    assert "80 sessions: 50.0% succeeded, below 95%" in result.stopped_because
+
+
+def test_ramp_stops_at_its_maximum(echo: str) -> None:
+    result = run_sync(run_ramp(echo, start=4, max_sessions=6, steps=1))
+    assert [level["sessions"] for level in result.levels] == [4, 6]
+    assert result.max_sessions_held == 6
+    assert result.stopped_because == "reached the ramp maximum of 6 sessions"
+
+
+def test_churn_opens_and_closes_sessions(echo: str) -> None:
+    result = run_sync(run_churn(echo, 0.3, workers=2))
+    assert result.sessions > 0
+    assert result.failures == {}
+    assert result.sessions_per_s > 0
+
+
+def test_step_tokens_are_unique_per_session_and_step() -> None:
+    tally, template = Tally(), ActionTemplate({"message": "{token}", "note": "x{token}y"})
+    first, second = SessionScript(tally, template, "run", 1, 2), SessionScript(tally, template, "run", 2, 2)
+    frames = {first.step_frame(), second.step_frame()}
+    first.remaining -= 1
+    frames.add(first.step_frame())
+    assert len(frames) == 3
+    assert json.loads(first.step_frame())["data"]["note"] == "x" + first.token.decode() + "y"
+
+
+def bench_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli", "bench", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_json_output_shape(echo: str) -> None:
+    done = bench_cli("--url", echo, "--sessions", "3", "--steps", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["mode"] == "load"
+    assert {"url", "client", "sessions", "steps_per_session", "sessions_ok", "steps", "steps_per_s",
+            "step_latency_ms", "connect_reset_ms", "failures", "mismatches", "loadgen_cpu", "success_rate"} <= set(result)
+    assert (result["sessions_ok"], result["steps"], result["mismatches"]) == (3, 12, 0)
+    assert result["url"] == echo.replace("http://", "ws://") + "/ws"
+
+    ramp = json.loads(bench_cli("--url", echo, "--ramp", "--ramp-start", "2", "--ramp-max", "4", "--steps", "1",
+                                "--json").stdout)
+    assert (ramp["mode"], ramp["max_sessions_held"], len(ramp["levels"])) == ("ramp", 4, 2)
+    churn = json.loads(bench_cli("--url", echo, "--churn", "0.2", "--sessions", "2", "--json").stdout)
+    assert churn["mode"] == "churn" and churn["sessions"] > 0
+
+
+def test_cli_text_output(echo: str) -> None:
+    done = bench_cli("--url", echo, "--sessions", "2", "--steps", "2")
+    assert done.returncode == 0, done.stderr
+    assert "sessions ok       2/2" in done.stdout
+    assert "0 mismatched replies" in done.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--action", "{not json"], "--action"),
+    (["--action", "[1, 2]"], "must be a JSON object"),
+    (["--ramp", "--churn", "1"], "--ramp and --churn"),
+    (["--ramp", "--ramp-start", "100", "--ramp-max", "10"], "--ramp-start 100 is above --ramp-max 10"),
+    (["--sessions", "0"], "--sessions"),
+])
+def test_cli_rejects_bad_input(args: list[str], message: str) -> None:
+    done = bench_cli("--url", "ws://127.0.0.1:9", *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_cli_says_when_nothing_answers() -> None:
+    with serve(Echo) as url:
+        pass
+    done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
+    assert done.returncode == 1
+    assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
