@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from envkit import Action, Observation, State
 from pydantic import BaseModel, Field
+
+from envkit import Action, Observation, State
 
 __all__ = ["WordleAction", "WordleMessage", "WordleObservation", "WordleState"]
 
