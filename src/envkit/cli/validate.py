@@ -1,0 +1,33 @@
+"""`envkit validate PATH|URL`: check an env folder or a running server, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command("validate")
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+def command(target: str, as_json: bool) -> None:
+    """Check TARGET: an env folder (or bundled env name), or the URL of a running server.
+
+    \b
+    A folder: the Space files, README front matter, [tool.envkit] manifest, that the environment
+    and its server app import, that every tool argument is typed and described, and the
+    Dockerfile's shape (non-root, HEALTHCHECK, installs the staged envkit wheel, envkit serve).
+    A URL: /health, /schema, /tools, a reset and a step, a tool call, two sessions at once.
+    Exit status 1 when a check fails.
+
+    \b
+    Examples:
+      envkit validate ./my_env
+      envkit validate http://127.0.0.1:8000 --json
+    """
+    from ..validate import validate
+
+    report = validate(target)
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.table())
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,391 @@
+"""`envkit validate`: tell an env author exactly what their env folder or running server gets wrong.
+
+    report = validate_folder(Path("envs/echo"))        # files, manifest, import, tools, Dockerfile
+    report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency
+    print(report.table()); sys.exit(0 if report.ok else 1)
+
+Each check ends `ok`, `warn` (works, but a consumer may trip over it) or `fail` (with the fix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
+from .errors import CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError
+from .protocol import ErrorCode
+from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
+from .tools import tool_specs
+
+__all__ = ["Check", "Report", "validate_folder", "validate_url", "example_from_schema", "read_front_matter",
+           "SPACE_FILES"]
+
+Status = Literal["ok", "warn", "fail"]
+#: Files every env folder needs to become a Space.
+SPACE_FILES = ("README.md", "Dockerfile", "pyproject.toml")
+
+
+@dataclass
+class Check:
+    """The outcome of one check: its name, `ok`/`warn`/`fail`, and what was found (or how to fix it)."""
+
+    name: str
+    status: Status
+    detail: str
+
+
+@dataclass
+class Report:
+    """Every check run against one target; `ok` when none failed."""
+
+    target: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+    def add(self, name: str, problems: list[str], passed: str, *, warn: bool = False) -> bool:
+        """Record `name` as passed (with `passed` as detail) or as failed/warned with its problems."""
+        if problems:
+            self.checks.append(Check(name, "warn" if warn else "fail", "; ".join(problems)))
+            return False
+        self.checks.append(Check(name, "ok", passed))
+        return True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "ok": self.ok, "checks": [asdict(check) for check in self.checks]}
+
+    def table(self) -> str:
+        """The checks as an aligned text table, with a summary line."""
+        width = max([len(check.name) for check in self.checks] + [5])
+        lines = [f"{'CHECK'.ljust(width)}  RESULT  DETAIL"]
+        lines += [f"{check.name.ljust(width)}  {check.status.upper().ljust(6)}  {check.detail}" for check in self.checks]
+        failed = sum(check.status == "fail" for check in self.checks)
+        warned = sum(check.status == "warn" for check in self.checks)
+        verdict = "valid" if self.ok else "NOT valid"
+        lines.append(f"{self.target}: {verdict} ({len(self.checks)} checks, {failed} failed, {warned} warnings)")
+        return "\n".join(lines)
+
+
+# -- folders -------------------------------------------------------------------------------------
+
+
+def read_front_matter(readme: Path) -> dict[str, Any]:
+    """The YAML front matter of a README (the Space card), or raise `ConfigurationError` saying what is wrong."""
+    import yaml
+
+    text = readme.read_text()
+    if not text.startswith("---"):
+        raise ConfigurationError(f"{readme} has no YAML front matter; start it with a `---` block holding "
+                                 "`sdk: docker`, `app_port` and `tags`")
+    _, block, *rest = text.split("---", 2)
+    if not rest:
+        raise ConfigurationError(f"{readme}: the front matter is not closed by a second `---` line")
+    try:
+        data = yaml.safe_load(block)
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"{readme}: the front matter is not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{readme}: the front matter must be a YAML mapping")
+    return data
+
+
+def _front_matter_problems(card: dict[str, Any]) -> list[str]:
+    problems = []
+    if card.get("sdk") != "docker":
+        problems.append(f"sdk is {card.get('sdk')!r}; envkit Spaces need `sdk: docker`")
+    if not isinstance(card.get("app_port"), int):
+        problems.append("app_port is missing or not a number; add `app_port: 8000` (the port the server listens on)")
+    if not card.get("title"):
+        problems.append("no title; add `title: ...`")
+    tags = card.get("tags")
+    if not isinstance(tags, list) or "envkit" not in tags:
+        problems.append("tags lack `envkit`; add `tags: [envkit, openenv]` so people can find the Space")
+    return problems
+
+
+def _manifest_problems(pyproject: Path) -> tuple[dict[str, Any], list[str]]:
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except tomllib.TOMLDecodeError as error:
+        return {}, [f"{pyproject}: invalid TOML ({error})"]
+    problems = []
+    table = data.get("tool", {}).get("envkit")
+    if not isinstance(table, dict):
+        return {}, [f'{pyproject} has no [tool.envkit] table; add name = "..." and '
+                    f'environment = "package.module:EnvironmentClass"']
+    for key in ("name", "environment"):
+        if not isinstance(table.get(key), str) or not table[key]:
+            problems.append(f"[tool.envkit] has no {key} = \"...\"")
+    project = data.get("project", {})
+    if not project.get("name"):
+        problems.append("[project] has no name; `pip install .` needs one")
+    names = [re.match(r"\s*([A-Za-z0-9_.-]*)", str(item)).group(1).lower() for item in project.get("dependencies", [])]
+    if "envkit" not in names:
+        problems.append("[project] dependencies lack envkit; add \"envkit\" so the env installs with what it imports")
+    return table, problems
+
+
+def validate_folder(folder: Path) -> Report:
+    """Check an env folder against what a Space, `envkit serve` and the trainer need."""
+    report = Report(str(folder))
+    if not folder.is_dir():
+        report.add("folder", [f"{folder} is not a folder"], "")
+        return report
+    missing = [name for name in SPACE_FILES if not (folder / name).is_file()]
+    report.add("space files", [f"missing {', '.join(missing)} (`envkit new` writes all of them)"] if missing else [],
+               ", ".join(SPACE_FILES))
+
+    app_port = None
+    if (folder / "README.md").is_file():
+        try:
+            card = read_front_matter(folder / "README.md")
+            problems = _front_matter_problems(card)
+            app_port = card.get("app_port") if isinstance(card.get("app_port"), int) else None
+        except ConfigurationError as error:
+            problems = [str(error)]
+        report.add("readme front matter", problems, f"sdk: docker, app_port: {app_port}")
+
+    dockerfile = folder / "Dockerfile"
+    if (folder / "pyproject.toml").is_file():
+        manifest, problems = _manifest_problems(folder / "pyproject.toml")
+        if report.add("manifest", problems, f"[tool.envkit] name = {manifest.get('name')!r}, "
+                                            f"environment = {manifest.get('environment')!r}"):
+            image_settings = image_env(parse_dockerfile(dockerfile.read_text())) if dockerfile.is_file() else {}
+            _check_code(report, folder, manifest, image_settings)
+
+    if dockerfile.is_file():
+        report.add("dockerfile", space_dockerfile_problems(dockerfile, app_port),
+                   "non-root, HEALTHCHECK /health, installs wheels/, runs envkit serve")
+    return report
+
+
+def _check_code(report: Report, folder: Path, manifest: dict[str, Any], image_settings: dict[str, str]) -> None:
+    """Import the environment and its server module, build the app, and check the tools."""
+    try:
+        target = resolve_target(str(folder.resolve()))
+    except EnvkitError as error:
+        report.add("import", [str(error)], "")
+        return
+    except Exception as error:  # the env's own module raised while importing
+        report.add("import", [f"importing {manifest['environment']} raised {type(error).__name__}: {error}"], "")
+        return
+    report.add("import", [], f"{target.env_class.__qualname__} ({target.action_cls.__name__} → "
+                             f"{target.observation_cls.__name__})")
+
+    server_module = manifest["environment"].split(".")[0] + ".server"
+    if (folder / server_module.replace(".", "/")).with_suffix(".py").is_file():
+        try:
+            import_attribute(f"{server_module}:app")
+            report.add("server app", [], f"{server_module}:app imports")
+        except Exception as error:
+            report.add("server app", [f"{server_module}:app: {type(error).__name__}: {error}"], "")
+    try:
+        specs = tool_specs(target.env_class)
+    except EnvkitError as error:
+        report.add("tools", [str(error)], "")
+        return
+    if not specs:
+        report.add("tools", ["no @tool methods; trainers bind an env's tools, so mark the moves an agent may make "
+                             "with @tool"], "", warn=True)
+    else:
+        empty = [f"argument `{argument}` of tool `{name}` has an empty description under Args:"
+                 for name, spec in specs.items() for argument, schema in spec.parameters["properties"].items()
+                 if not schema.get("description")]
+        report.add("tools", empty, f"{len(specs)} tool(s), every argument typed and described: {', '.join(specs)}")
+    _check_limits(report, target, image_settings)
+
+
+def _check_limits(report: Report, target: Any, image_settings: dict[str, str]) -> None:
+    """Build the app with the limits the Dockerfile's ENV sets, as the container would at start-up."""
+    settings: dict[str, Any] = {}
+    try:
+        if image_settings.get("MAX_CONCURRENT_ENVS"):
+            settings["max_concurrent_envs"] = int(image_settings["MAX_CONCURRENT_ENVS"])
+        if image_settings.get("SESSION_TIMEOUT_S"):
+            settings["session_timeout_s"] = float(image_settings["SESSION_TIMEOUT_S"])
+        app = app_from_environment(target.env_class, env_name=target.name, **settings)
+    except ValueError as error:  # ConfigurationError included
+        source = " (with the Dockerfile's ENV)" if settings else ""
+        report.add("server limits", [f"{error}{source}"], "")
+        return
+    pool = app.state.envkit_pool
+    report.add("server limits", [], f"up to {pool.max_sessions} session(s), idle timeout {pool.idle_timeout_s}s")
+
+
+# -- servers -------------------------------------------------------------------------------------
+
+
+def example_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
+    """A value that fits a JSON schema: its example, first enum value or default, else a simple value in range."""
+    defs = {**(defs or {}), **schema.get("$defs", {})}
+    if "$ref" in schema:
+        return example_from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    for key in ("examples", "enum"):
+        if schema.get(key):
+            return schema[key][0]
+    for key in ("const", "default"):
+        if key in schema:
+            return schema[key]
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = [branch for branch in schema.get(key, []) if branch.get("type") != "null"]
+        if branches:
+            return example_from_schema(branches[0], defs)
+    kind = schema.get("type", "object")
+    kind = next((one for one in kind if one != "null"), "string") if isinstance(kind, list) else kind
+    if kind in ("integer", "number"):
+        value = 1  # fits more ranges of counts, guesses and ids than 0 does
+        if "exclusiveMinimum" in schema or "minimum" in schema:
+            value = max(value, schema.get("minimum", schema.get("exclusiveMinimum", 0) + 1))
+        if "exclusiveMaximum" in schema or "maximum" in schema:
+            value = min(value, schema.get("maximum", schema.get("exclusiveMaximum", 0) - 1))
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        return "hello"[: schema.get("maxLength", 5)].ljust(schema.get("minLength", 0), "a")
+    if kind == "array":
+        return [example_from_schema(schema.get("items", {}), defs) for _ in range(schema.get("minItems", 0))]
+    properties = schema.get("properties", {})
+    return {name: example_from_schema(properties[name], defs) for name in schema.get("required", [])
+            if name in properties}
+
+
+async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
+    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once."""
+    from .client import EnvClient
+
+    report = Report(url)
+    client = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
+    try:
+        health = await client.health()
+    except ClientError as error:
+        report.add("health", [f"{error}; is the server running at this address?"], "")
+        return report
+    max_sessions = health.get("max_sessions")
+    report.add("health", [] if health.get("status") == "healthy" else [f"status is {health.get('status')!r}"],
+               f"healthy, {health.get('active_sessions')} of {max_sessions} sessions open")
+
+    schema = await _get_json(client.http_url + "/schema", timeout)
+    lacking = [part for part in ("action", "observation") if not isinstance(schema.get(part), dict)]
+    report.add("schema", [f"{client.http_url}/schema lacks {', '.join(lacking)} (or could not be read)"] if lacking
+               else [], f"action fields: {', '.join(schema.get('action', {}).get('properties', {}))}")
+
+    tools: list[dict[str, Any]] = []
+    try:
+        tools = await client.tools()
+        problems = [f"tool {tool.get('function', {}).get('name')!r}: {problem}" for tool in tools
+                    for problem in _tool_listing_problems(tool)]
+        if not tools:
+            report.add("tools", ["the server lists no tools; trainers bind an env's tools"], "", warn=True)
+        else:
+            report.add("tools", problems, f"{len(tools)} tool(s): "
+                                          f"{', '.join(tool['function']['name'] for tool in tools)}")
+    except ClientError as error:
+        report.add("tools", [str(error)], "")
+
+    action = example_from_schema(schema["action"]) if isinstance(schema.get("action"), dict) else {}
+    await _check_episode(report, client, action)
+    if tools and not _tool_listing_problems(tools[0]):
+        await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
+    await _check_two_sessions(report, url, timeout, max_sessions)
+    return report
+
+
+async def _get_json(url: str, timeout: float) -> dict[str, Any]:
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
+            response = await http.get(url)
+        document = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _tool_listing_problems(tool: dict[str, Any]) -> list[str]:
+    function = tool.get("function") or {}
+    problems = [] if function.get("description") else ["no description"]
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    problems += [f"argument `{name}` is not described" for name, schema in properties.items()
+                 if not schema.get("description")]
+    return problems
+
+
+async def _check_episode(report: Report, client: Any, action: dict[str, Any]) -> None:
+    try:
+        await client.connect()
+        first = await client.reset(seed=0)
+    except ClientError as error:
+        report.add("reset", [str(error)], "")
+        await client.close()
+        return
+    report.add("reset", [], f"observation fields: {', '.join(first.observation)}, reward {first.reward}")
+    try:
+        result = await client.step(action)
+        report.add("step", [], f"action {action} → reward {result.reward}, done {result.done}")
+    except ClientError as error:
+        report.add("step", [f"action {action}: {error}; to have a legal move sent, give the Action model an "
+                            "example: model_config = ConfigDict(json_schema_extra={'examples': [{...}]})"], "",
+                   warn=_refused_input(error))
+    finally:
+        await client.close()
+
+
+def _refused_input(error: ClientError) -> bool:
+    """The env refused the made-up input as invalid: the round trip works, the input was just not a legal one."""
+    return isinstance(error, EnvError) and error.code == ErrorCode.VALIDATION_ERROR
+
+
+async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) -> None:
+    function = tool["function"]
+    arguments = example_from_schema(function.get("parameters") or {})
+    try:
+        async with client:
+            await client.reset(seed=0)
+            result = await client.call(function["name"], **arguments)
+        report.add("tool call", [], f"{function['name']}({arguments}) → {result.text[:60]!r}")
+    except ClientError as error:
+        report.add("tool call", [f"{function['name']}({arguments}): {error}"], "", warn=_refused_input(error))
+
+
+async def _check_two_sessions(report: Report, url: str, timeout: float, max_sessions: int | None) -> None:
+    from .client import EnvClient
+
+    first = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
+    second = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
+    try:
+        await first.connect()
+        try:
+            await second.connect()
+        except CapacityError as error:
+            if max_sessions == 1:
+                report.add("two sessions", [], "the server holds one session; the second got CapacityError")
+            else:
+                report.add("two sessions", [f"second session refused although /health allows {max_sessions}: "
+                                            f"{error}"], "")
+            return
+        await asyncio.gather(first.reset(seed=1), second.reset(seed=2))
+        await asyncio.gather(first.state(), second.state())
+        report.add("two sessions", [], "two sessions open, reset and queried at once")
+    except ClientError as error:
+        report.add("two sessions", [str(error)], "")
+    finally:
+        await asyncio.gather(first.close(), second.close())
+
+
+def validate(target: str) -> Report:
+    """Validate a URL (`http(s)://`, `ws(s)://`), an env folder, or a bundled env by name."""
+    if target.startswith(("http://", "https://", "ws://", "wss://")):
+        return asyncio.run(validate_url(target))
+    folder = Path(target)
+    if not folder.exists():
+        folder = bundled_envs().get(target, folder)
+    return validate_folder(folder)
