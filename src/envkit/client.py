@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Self, TypeVar
 
 import httpx
 import orjson
@@ -106,7 +106,23 @@ class EnvClient:
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
         self._lock = asyncio.Lock()
+        self._close_callbacks: list[Callable[[], Awaitable[None]]] = []
         self.session_id: str | None = None
+
+    @classmethod
+    def from_docker_image(cls, image: str, **options: Any) -> Self:
+        """Start `image` with the Docker SDK and return a client for it; closing the client stops the container.
+
+        Blocks until the container answers `/health`. Options: see `envkit.docker.client_from_docker_image`
+        (`env_vars`, `startup_timeout`, `docker_client`, ...); the rest go to the constructor.
+        """
+        from .docker import client_from_docker_image
+
+        return client_from_docker_image(cls, image, **options)
+
+    def add_close_callback(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Await `callback()` once when the client closes (e.g. to stop the container it runs against)."""
+        self._close_callbacks.append(callback)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -155,7 +171,12 @@ class EnvClient:
 
     async def close(self) -> None:
         """End the session and close the connection; safe to call more than once."""
-        await self._drop()
+        try:
+            await self._drop()
+        finally:
+            callbacks, self._close_callbacks = self._close_callbacks, []
+            for callback in callbacks:
+                await callback()
 
     async def __aenter__(self) -> EnvClient:
         return await self.connect()
