@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import tomllib
@@ -58,10 +59,18 @@ def test_rendered_names_card_and_manifest_fit_together(rendered: Path) -> None:
     assert "@tool" in (rendered / "demo_env" / "environment.py").read_text()
 
 
+def venv_over_this_interpreter(venv: Path) -> None:
+    """A fresh venv that also sees the packages of the running interpreter (envkit, pytest), venv or not."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    outer = "; ".join(f"site.addsitedir({folder!r})" for folder in site.getsitepackages())
+    (site_packages / "_outer_interpreter.pth").write_text(f"import site; {outer}\n")
+
+
 def test_rendered_env_installs_editable_and_its_own_tests_pass(rendered: Path, tmp_path: Path) -> None:
-    """`pip install -e` into a fresh venv (envkit and pytest come from this interpreter's site-packages)."""
+    """`pip install -e` into a fresh venv; envkit and pytest come from the interpreter running these tests."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    venv_over_this_interpreter(venv)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-deps", "-e", str(rendered)],
                              capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stdout + install.stderr

@@ -1,0 +1,88 @@
+"""`envkit push [DIR]`: stage an env folder as a self-contained Space and upload it to the Hugging Face Hub."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigurationError
+
+
+def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ..publish import check_repo_id
+
+    try:
+        return None if value is None else check_repo_id(value)
+    except ConfigurationError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _size(count: int) -> str:
+    return f"{count} B" if count < 1024 else f"{count / 1024:.1f} KiB"
+
+
+@click.command("push")
+@click.argument("directory", default=".", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo-id", callback=_repo_id, help="Space to create or update, as user/name [default: your user/env name].")
+@click.option("--private", is_flag=True, help="Create the Space as private (an existing Space keeps its visibility).")
+@click.option("--dry-run", is_flag=True, help="Stage the Space folder and list what would be uploaded; no network.")
+@click.option("--stage-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where to stage the Space [default: DIR/build/space with --dry-run, else a temporary folder].")
+def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, stage_dir: Path | None) -> None:
+    """Publish the env in DIRECTORY as a Hugging Face Space (docker SDK).
+
+    \b
+    The staged Space holds the env's files and a wheel of envkit built now, and its Dockerfile
+    installs envkit from that wheel, so the Space builds on its own. The token comes from
+    HF_TOKEN or `hf auth login`; it is never printed or written into the staged files.
+    The env is validated first (`envkit validate DIRECTORY`); a failing env is not pushed.
+
+    \b
+    Examples:
+      envkit push ./my_env --dry-run
+      envkit push ./my_env --repo-id alice/my_env --private
+    """
+    from ..publish import PublishError, stage_space, upload_space
+    from ..validate import validate_folder
+
+    if not (directory / "pyproject.toml").is_file():
+        raise click.UsageError(f"{directory} is not an env folder (no pyproject.toml); pass the folder `envkit new` made")
+    report = validate_folder(directory)
+    if not report.ok:
+        click.echo(report.table(), err=True)
+        raise click.ClickException(f"{directory} is not ready to publish; fix the failed checks above")
+
+    token = None
+    if not dry_run:
+        from huggingface_hub import get_token
+
+        token = get_token()
+        if token is None:
+            raise click.ClickException("no Hugging Face token; set HF_TOKEN or run `hf auth login` "
+                                       "(or use --dry-run to stage without uploading)")
+    with tempfile.TemporaryDirectory(prefix="envkit-space-") as scratch:
+        target = stage_dir or (directory / "build" / "space" if dry_run else Path(scratch) / "space")
+        try:
+            staged = stage_space(directory, target)
+        except (PublishError, ConfigurationError) as error:
+            raise click.ClickException(str(error)) from None
+        where = repo_id or f"<your user>/{staged.name}"
+        visibility = "private" if private else "public"
+        if dry_run:
+            click.echo(f"Staged {staged.name} in {staged.folder} (dry run: nothing uploaded).")
+            click.echo(f"Would create Space {where} (docker SDK, {visibility}) if missing and upload:")
+        else:
+            click.echo(f"Uploading {staged.name} to Space {where} ({visibility}):")
+        width = max(len(name) for name, _ in staged.listing())
+        for name, size in staged.listing():
+            click.echo(f"  {name.ljust(width)}  {_size(size)}")
+        if dry_run:
+            click.echo(f"Build it locally: docker build -t {staged.name.replace('_', '-')} {staged.folder}")
+            return
+        try:
+            url = upload_space(staged, repo_id, private=private, token=token)
+        except (PublishError, ConfigurationError) as error:
+            raise click.ClickException(str(error)) from None
+        click.echo(f"Pushed: {url}")
