@@ -11,10 +11,9 @@ import click
 #: command name → (module under envkit.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve an environment over WebSocket."),
-    "push": ("push", "Publish an env folder as a Hugging Face Space."),
     "validate": ("validate", "Check an env folder or a running server."),
-    "bench": ("bench", "Load a running server with concurrent sessions and report steps/s, latency, failures."),
     "new": ("new", "Create a new env folder from the template."),
+    "push": ("push", "Publish an env folder as a Hugging Face Space."),
     "bench": ("bench", "Load a running server with concurrent sessions and report steps/s, latency, failures."),
 }
 
