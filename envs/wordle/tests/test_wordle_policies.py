@@ -59,9 +59,16 @@ def test_history_is_read_from_models_wire_dicts_and_text() -> None:
         transcript_of({"prompt": "Wordle-v0"})
 
 
-def test_evaluate_refuses_zero_games() -> None:
+def test_evaluate_refuses_zero_games_and_unknown_word_sources() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         evaluate(Solver(), games=0)
+    with pytest.raises(ValueError, match='words must be "secrets" or "dictionary"'):
+        evaluate(Solver(), games=1, words="nouns")
+
+
+def test_evaluate_on_dictionary_words_pins_seeded_secrets() -> None:
+    result = evaluate(Solver(), games=4, first_seed=2, words="dictionary")
+    assert (result.words, result.games, result.wins) == ("dictionary", 4, 4)
 
 
 def run_command(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +79,7 @@ def run_command(*args: str) -> subprocess.CompletedProcess[str]:
 def test_command_prints_figures_and_json() -> None:
     text = run_command("--games", "20")
     assert text.returncode == 0, text.stderr
-    assert text.stdout.startswith("solver: 20 games (seeds 0-19): won 20 (100.0%), mean guesses ")
+    assert text.stdout.startswith("solver: 20 games (seeds 0-19, secrets): won 20 (100.0%), mean guesses ")
     data = run_command("--games", "10", "--policy", "random", "--first-seed", "3", "--json")
     assert data.returncode == 0, data.stderr
     figures = json.loads(data.stdout)

@@ -11,6 +11,7 @@ Evaluate from the command line (seeds 0..N-1, one game each):
 
     python -m wordle_env.policies --games 500
     python -m wordle_env.policies --games 500 --policy random --json
+    python -m wordle_env.policies --games 500 --words dictionary   # secrets drawn from all valid words
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class Solver:
         probes: Sequence[str] = secret_words()
         if not candidates:
             candidates = consistent(sorted(valid_words()), history)
-            probes = candidates
+            # few candidates: any word may split them best; many: probing with them alone stays fast
+            probes = sorted(valid_words()) if len(candidates) <= 15 else candidates
         guessed = {word for word, _ in history}
         candidates = [word for word in candidates if word not in guessed]
         if not candidates:
@@ -158,6 +160,7 @@ class Evaluation:
     """A policy's results over seeded games."""
 
     policy: str
+    words: str
     games: int
     first_seed: int
     wins: int
@@ -167,16 +170,27 @@ class Evaluation:
     guess_distribution: dict[str, int]
 
 
-def evaluate(policy: Policy, games: int, first_seed: int = 0) -> Evaluation:
-    """Play `games` games with seeds `first_seed, first_seed + 1, ...` and summarise them."""
+def evaluate(policy: Policy, games: int, first_seed: int = 0, words: str = "secrets") -> Evaluation:
+    """Play `games` games with seeds `first_seed, first_seed + 1, ...` and summarise them.
+
+    `words="secrets"` lets each seed draw the secret as `reset(seed=...)` does; `words="dictionary"`
+    draws it from every valid guess instead (seeded the same way) and pins it with `reset(word=...)`.
+    """
     if games < 1:
         raise ValueError(f"games must be at least 1, got {games}")
+    if words not in ("secrets", "dictionary"):
+        raise ValueError(f'words must be "secrets" or "dictionary", got {words!r}')
     env = WordleEnvironment()
-    results = [play_episode(env, policy, seed=seed) for seed in range(first_seed, first_seed + games)]
+    seeds = range(first_seed, first_seed + games)
+    if words == "secrets":
+        results = [play_episode(env, policy, seed=seed) for seed in seeds]
+    else:
+        dictionary = sorted(valid_words())
+        results = [play_episode(env, policy, word=random.Random(seed).choice(dictionary)) for seed in seeds]
     won = [result.guesses for result in results if result.won]
     distribution = Counter(str(result.guesses) if result.won else "lost" for result in results)
     order = [str(n) for n in range(1, NUM_GUESSES + 1)] + ["lost"]
-    return Evaluation(policy=policy.name, games=games, first_seed=first_seed, wins=len(won),
+    return Evaluation(policy=policy.name, words=words, games=games, first_seed=first_seed, wins=len(won),
                       win_rate=len(won) / games, mean_guesses_won=sum(won) / len(won) if won else None,
                       mean_reward=sum(result.reward for result in results) / games,
                       guess_distribution={key: distribution[key] for key in order if distribution[key]})
@@ -192,19 +206,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="seed of the first game (default 0)")
     parser.add_argument("--policy", choices=["solver", "random"], default="solver", help="policy to play")
     parser.add_argument("--policy-seed", type=int, default=0, help="seed of the random policy (default 0)")
+    parser.add_argument("--words", choices=["secrets", "dictionary"], default="secrets",
+                        help="draw secrets from the 140 secret words (default) or from every valid guess")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error(f"--games must be at least 1, got {args.games}")
     policy: Policy = Solver() if args.policy == "solver" else RandomPolicy(args.policy_seed)
-    result = evaluate(policy, args.games, args.first_seed)
+    result = evaluate(policy, args.games, args.first_seed, args.words)
     if args.json:
         print(json.dumps(asdict(result)))
         return 0
     last = result.first_seed + result.games - 1
     guesses = "-" if result.mean_guesses_won is None else f"{result.mean_guesses_won:.2f}"
-    print(f"{result.policy}: {result.games} games (seeds {result.first_seed}-{last}): won {result.wins} "
-          f"({result.win_rate:.1%}), mean guesses {guesses} in won games, mean reward {result.mean_reward:.3f}")
+    print(f"{result.policy}: {result.games} games (seeds {result.first_seed}-{last}, {result.words}): "
+          f"won {result.wins} ({result.win_rate:.1%}), mean guesses {guesses} in won games, "
+          f"mean reward {result.mean_reward:.3f}")
     print("guesses: " + ", ".join(f"{key}: {count}" for key, count in result.guess_distribution.items()))
     return 0
 
