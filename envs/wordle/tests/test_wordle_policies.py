@@ -42,7 +42,7 @@ def test_random_policy_guesses_new_dictionary_words_reproducibly() -> None:
         guesses.append(policy.act(observation))
         observation = env.step(WordleAction(message=guesses[-1]))
     words = [guess.strip("[]") for guess in guesses]
-    assert len(words) == len(set(words)) and set(words) <= valid_words()
+    assert len(words) == len(set(words)) and set(words) <= set(valid_words())
     assert env.state.reward_components["invalid_moves"] == 0.0
     assert RandomPolicy(seed=4).act("\n[GAME] start") == guesses[0]
 
@@ -57,6 +57,13 @@ def test_history_is_read_from_models_wire_dicts_and_text() -> None:
     assert parse_history(observation.messages[0].content) == expected
     with pytest.raises(ValueError, match="no messages"):
         transcript_of({"prompt": "Wordle-v0"})
+
+
+def test_solver_says_when_no_word_fits_the_feedback() -> None:
+    transcript = "You submitted [crane].\nFeedback:\nC R A N E\nG G G G X\nYou have 5 guesses left."
+    contradiction = transcript + "\nYou submitted [crank].\nFeedback:\nC R A N K\nX X X X X\nYou have 4 guesses left."
+    with pytest.raises(ValueError, match="no dictionary word fits this feedback"):
+        Solver().act(contradiction)
 
 
 def test_evaluate_refuses_zero_games_and_unknown_word_sources() -> None:

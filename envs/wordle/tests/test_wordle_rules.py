@@ -160,9 +160,9 @@ def test_moves_after_the_end_are_refused() -> None:
 def test_word_lists() -> None:
     secrets, words = secret_words(), valid_words()
     assert len(secrets) == 140 and len(set(secrets)) == 140 and list(secrets) == sorted(secrets)
-    assert 5000 < len(words) < 7000 and set(secrets) <= words
+    assert 5000 < len(words) < 7000 and set(secrets) <= set(words) and list(words) == sorted(set(words))
     assert all(len(word) == 5 and word.isascii() and word.isalpha() and word.islower() for word in words)
-    assert {"crane", "speed", "erase", "geese", "abbey", "slate"} <= words
+    assert {"crane", "speed", "erase", "geese", "abbey", "slate"} <= set(words)
     assert is_valid_guess("CRANE") and not is_valid_guess("xyzzy")
 
 

@@ -102,9 +102,9 @@ class Solver:
         candidates = consistent(secret_words(), history)
         probes: Sequence[str] = secret_words()
         if not candidates:
-            candidates = consistent(sorted(valid_words()), history)
+            candidates = consistent(valid_words(), history)
             # few candidates: any word may split them best; many: probing with them alone stays fast
-            probes = sorted(valid_words()) if len(candidates) <= 15 else candidates
+            probes = valid_words() if len(candidates) <= 15 else candidates
         guessed = {word for word, _ in history}
         candidates = [word for word in candidates if word not in guessed]
         if not candidates:
@@ -121,12 +121,11 @@ class RandomPolicy:
 
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
-        self._words = sorted(valid_words())
 
     def act(self, observation: WordleObservation | Mapping[str, Any] | str) -> str:
         guessed = {word for word, _ in parse_history(transcript_of(observation))}
         while True:
-            word = self._rng.choice(self._words)
+            word = self._rng.choice(valid_words())
             if word not in guessed:
                 return f"[{word}]"
 
@@ -185,8 +184,7 @@ def evaluate(policy: Policy, games: int, first_seed: int = 0, words: str = "secr
     if words == "secrets":
         results = [play_episode(env, policy, seed=seed) for seed in seeds]
     else:
-        dictionary = sorted(valid_words())
-        results = [play_episode(env, policy, word=random.Random(seed).choice(dictionary)) for seed in seeds]
+        results = [play_episode(env, policy, word=random.Random(seed).choice(valid_words())) for seed in seeds]
     won = [result.guesses for result in results if result.won]
     distribution = Counter(str(result.guesses) if result.won else "lost" for result in results)
     order = [str(n) for n in range(1, NUM_GUESSES + 1)] + ["lost"]

@@ -24,11 +24,16 @@ def secret_words() -> tuple[str, ...]:
 
 
 @cache
-def valid_words() -> frozenset[str]:
-    """Every word accepted as a guess (about 5,700 five-letter English words, the secret words among them)."""
-    return frozenset(_read("valid_words.txt")) | frozenset(secret_words())
+def valid_words() -> tuple[str, ...]:
+    """Every word accepted as a guess, sorted (about 5,700 five-letter English words, the secrets among them)."""
+    return tuple(sorted(set(_read("valid_words.txt")) | set(secret_words())))
+
+
+@cache
+def _valid_set() -> frozenset[str]:
+    return frozenset(valid_words())
 
 
 def is_valid_guess(word: str) -> bool:
     """Whether `word` (any case) is in the guess dictionary."""
-    return word.lower() in valid_words()
+    return word.lower() in _valid_set()
