@@ -250,10 +250,18 @@ def test_a_refusal_from_the_hub_is_reported_without_the_token(echo_copy: Path, t
     with running_server(stand_in.app) as url:
         done = envkit("push", str(echo_copy), "--repo-id", "bob/echo", env=hub_env(tmp_path, url))
     assert done.returncode == 1
-    assert "the Hugging Face Hub refused the upload to bob/echo" in done.stderr
+    assert "the Hugging Face Hub refused creating or uploading to bob/echo" in done.stderr
     assert "403" in done.stderr and "rights to create a Space" in done.stderr
     assert stand_in.commits == []
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_an_unreachable_hub_is_reported(echo_copy: Path, tmp_path: Path) -> None:
+    """HF_ENDPOINT points at a closed port on 127.0.0.1."""
+    done = envkit("push", str(echo_copy), env=hub_env(tmp_path, "http://127.0.0.1:9"))
+    assert done.returncode == 1
+    assert "cannot reach the Hugging Face Hub at http://127.0.0.1:9 while asking the Hub whose token this is" in done.stderr
+    assert "check the network or HF_ENDPOINT" in done.stderr and TOKEN not in done.stdout + done.stderr
 
 
 # -- the staged folder stands on its own ---------------------------------------------------------

@@ -53,7 +53,6 @@ class StagedSpace:
     folder: Path
     name: str
     files: list[str]
-    wheel: str
 
     def listing(self) -> list[tuple[str, int]]:
         """(relative path, size in bytes) of every file that would be uploaded."""
@@ -141,10 +140,10 @@ def stage_space(env_dir: Path, stage_dir: Path) -> StagedSpace:
     shutil.copytree(env_dir, stage_dir, ignore=lambda folder, names: [name for name in names
                                                                        if _is_excluded(Path(name))])
     (stage_dir / STAGED_MARKER).write_text("written by `envkit push`; replaced by the next staging\n")
-    wheel = build_envkit_wheel(stage_dir / "wheels")
+    build_envkit_wheel(stage_dir / "wheels")
     files = sorted(path.relative_to(stage_dir).as_posix() for path in stage_dir.rglob("*")
                    if path.is_file() and path.name != STAGED_MARKER)
-    return StagedSpace(stage_dir, str(manifest.get("name", env_dir.name)), files, wheel.relative_to(stage_dir).as_posix())
+    return StagedSpace(stage_dir, str(manifest.get("name", env_dir.name)), files)
 
 
 def _is_excluded(relative: Path) -> bool:
@@ -161,22 +160,28 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = False, token: str | None = None,
-                 api: Any = None) -> str:
+def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = False, token: str | None = None) -> str:
     """Create the Space (docker SDK) if missing and upload the staged folder; returns the Space's URL.
 
-    `repo_id` None means `<user>/<env name>` for the token's user. `api` defaults to `HfApi()`.
+    `repo_id` None means `<user>/<env name>` for the token's user. The token defaults to
+    huggingface_hub's own lookup (HF_TOKEN, then the login cache).
     """
+    import httpx
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    api = api or HfApi(token=token)
+    api = HfApi(token=token)
+    doing = "asking the Hub whose token this is"
     try:
         if repo_id is None:
             repo_id = f"{api.whoami()['name']}/{staged.name}"
+        doing = f"creating or uploading to {repo_id}"
         api.create_repo(repo_id, repo_type="space", space_sdk="docker", private=private, exist_ok=True)
         api.upload_folder(repo_id=repo_id, repo_type="space", folder_path=str(staged.folder),
                           ignore_patterns=[STAGED_MARKER], commit_message=f"envkit push: {staged.name}")
     except HfHubHTTPError as error:
-        raise PublishError(f"the Hugging Face Hub refused the upload to {repo_id}: {error}") from None
+        raise PublishError(f"the Hugging Face Hub refused {doing}: {error}") from None
+    except (httpx.HTTPError, OSError) as error:
+        raise PublishError(f"cannot reach the Hugging Face Hub at {api.endpoint} while {doing} "
+                           f"({type(error).__name__}: {error}); check the network or HF_ENDPOINT") from None
     return f"{api.endpoint.rstrip('/')}/spaces/{repo_id}"
