@@ -103,9 +103,10 @@ def test_envkit_serve_serves_the_rendered_env(rendered: Path) -> None:
     ("_private", "must be lowercase and start with a letter"),
     ("class", "is a Python keyword"),
     ("match", "is a Python keyword"),
-    ("json", "already a module name (standard library"),
+    ("json", "already a module name (standard library or envkit)"),
     ("envkit", "already a module name"),
-    ("tests", "already a module name"),
+    ("tests", "names a folder an env keeps beside its package"),
+    ("wheels", "or one `envkit push` leaves out"),
     ("fastapi", "the name of an installed module"),
 ])
 def test_bad_names_are_usage_errors_that_write_nothing(tmp_path: Path, name: str, message: str) -> None:

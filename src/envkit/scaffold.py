@@ -27,8 +27,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 TEMPLATE_ROOTS = (_PACKAGE_DIR / "templates", _PACKAGE_DIR.parents[1] / "templates")
 TEMPLATE_NAME = "env"
 _LOWER_IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]*$")
-#: Names that would shadow a folder or package an env project or its tooling already uses.
-_RESERVED = frozenset({"envkit", "test", "tests", "src", "setup", "site", "build", "dist", "wheels", "docs", "server"})
+#: Names an env's package cannot take: the env's tests folder, and the folders
+#: `envkit push` leaves out of a Space (the package would be left out with them).
+_RESERVED = frozenset({"test", "tests", "build", "dist", "wheels", "venv"})
 
 
 class EnvNameError(ConfigurationError):
@@ -43,21 +44,24 @@ def check_env_name(name: str) -> None:
     if suggestion and suggestion[0].isdigit():
         suggestion = "env_" + suggestion
     hint = f"; try `{suggestion}`" if suggestion and _LOWER_IDENTIFIER.match(suggestion) else ""
+    other = f"pick another name, e.g. `{name}_env`"
     if not name.isidentifier():
         raise EnvNameError(f"{name!r} is not a Python identifier, and the env name becomes its package name: "
-                         f"use lowercase letters, digits and _ and start with a letter{hint}")
+                           f"use lowercase letters, digits and _ and start with a letter{hint}")
     if not _LOWER_IDENTIFIER.match(name):
         raise EnvNameError(f"{name!r} must be lowercase and start with a letter (it becomes a package name){hint}")
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-        raise EnvNameError(f"{name!r} is a Python keyword and cannot be imported as a package; pick another name, "
-                         f"e.g. `{name}_env`")
-    if name in sys.stdlib_module_names or name in _RESERVED:
-        raise EnvNameError(f"{name!r} is already a module name (standard library or envkit's own layout), so "
-                         f"`import {name}` would be ambiguous; pick another name, e.g. `{name}_env`")
+        raise EnvNameError(f"{name!r} is a Python keyword and cannot be imported as a package; {other}")
+    if name in sys.stdlib_module_names or name == "envkit":
+        raise EnvNameError(f"{name!r} is already a module name (standard library or envkit), so `import {name}` "
+                           f"would be ambiguous; {other}")
+    if name in _RESERVED:
+        raise EnvNameError(f"{name!r} names a folder an env keeps beside its package (tests) or one `envkit push` "
+                           f"leaves out (build, dist, wheels, venv); {other}")
     spec = importlib.util.find_spec(name)
     if spec is not None and spec.origin not in (None, "namespace"):
         raise EnvNameError(f"{name!r} is the name of an installed module ({spec.origin}), so `import {name}` would be "
-                         f"ambiguous; pick another name, e.g. `{name}_env`")
+                           f"ambiguous; {other}")
 
 
 def template_dir() -> Path:
