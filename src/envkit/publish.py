@@ -70,11 +70,8 @@ def build_envkit_wheel(directory: Path) -> Path:
     """
     directory.mkdir(parents=True, exist_ok=True)
     if _is_source_tree(_SOURCE_ROOT):
-        try:
-            from hatchling.builders.wheel import WheelBuilder
-        except ImportError:
-            raise PublishError("building the envkit wheel from its source tree needs hatchling; "
-                               "`pip install 'envkit[publish]'` (or `pip install hatchling`)") from None
+        from hatchling.builders.wheel import WheelBuilder
+
         (built,) = WheelBuilder(str(_SOURCE_ROOT)).build(directory=str(directory), versions=["standard"])
         return Path(built)
     return repack_distribution(importlib.metadata.distribution("envkit"), directory)
