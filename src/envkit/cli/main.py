@@ -11,6 +11,7 @@ import click
 #: command name → (module under envkit.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve an environment over WebSocket."),
+    "train": ("train", "Train a model with TRL GRPO against served environments (tools bound automatically)."),
     "validate": ("validate", "Check an env folder or a running server."),
     "new": ("new", "Create a new env folder from the template."),
     "push": ("push", "Publish an env folder as a Hugging Face Space."),

@@ -1,0 +1,135 @@
+"""`envkit train`: GRPO (TRL) against served environments, with no wrapper code to write."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from ..errors import ConfigurationError, EnvConnectionError
+
+
+def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not JSON ({error.msg}); e.g. '{{\"enable_thinking\": false}}'") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("expected a JSON object, e.g. '{\"enable_thinking\": false}'")
+    return parsed
+
+
+@click.command("train")
+@click.option("--env", "env", multiple=True, metavar="NAME",
+              help="Environment to train on: a bundled env (echo, wordle, catch), an env folder or module:Class. "
+                   "Repeat for several (rows are routed per environment). [default: echo]")
+@click.option("--env-url", "env_url", multiple=True, metavar="URL",
+              help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
+                   "with --env names in order.")
+@click.option("--model", default=None, metavar="MODEL",
+              help="'tiny' (a ~100K-parameter model built here, offline), a local path, or a Hub id. [default: tiny]")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields).")
+@click.option("--output-dir", default=None, help="Where the model, metrics and plot go. [default: envkit-train]")
+@click.option("--max-steps", type=int, default=None, help="Training steps. [default: 30 for tiny, else 200]")
+@click.option("--learning-rate", type=float, default=None, help="[default: 1e-3 for tiny, else 1e-6]")
+@click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 8]")
+@click.option("--batch-size", type=int, default=None,
+              help="Episodes per device per step (a multiple of --num-generations). [default: 16 for tiny, else 8]")
+@click.option("--gradient-accumulation-steps", type=int, default=None, help="[default: 1]")
+@click.option("--max-completion-length", type=int, default=None,
+              help="Token budget of a whole episode, tool results included. [default: 128 for tiny, else 1024]")
+@click.option("--max-tool-calling-iterations", type=int, default=None,
+              help="Tool calls per episode at most. [default: 3 for tiny, else 10]")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature. [default: 1.0]")
+@click.option("--beta", type=float, default=None, help="KL coefficient (0: no reference model). [default: 0]")
+@click.option("--enable-thinking/--disable-thinking", default=None,
+              help="Chat template's enable_thinking (Qwen3 and similar). [default: the template's; off for tiny]")
+@click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
+              help="Extra chat template arguments, as a JSON object.")
+@click.option("--vllm-mode", type=click.Choice(["none", "colocate", "server"]), default=None,
+              help="Generate with vLLM (GPU): in the training process (colocate) or a `trl vllm-serve` server. "
+                   "[default: none]")
+@click.option("--vllm-gpu-memory-utilization", type=float, default=None,
+              help="Share of GPU memory vLLM may take in colocate mode. [default: 0.3]")
+@click.option("--vllm-max-model-length", type=int, default=None, help="vLLM context length (prompt + episode).")
+@click.option("--vllm-sleep/--no-vllm-sleep", "vllm_enable_sleep_mode", default=None,
+              help="Offload vLLM's weights and cache during optimizer steps (colocate). [default: off]")
+@click.option("--vllm-server-url", default=None, help="URL of the vLLM server (server mode).")
+@click.option("--reward", "reward", multiple=True, metavar="SPEC",
+              help="Reward: env (the environment's own), a documented component (win, wordle.win), or "
+                   "module:function; add =WEIGHT to weigh it. Repeatable. [default: env]")
+@click.option("--dataset", default=None, type=click.Path(dir_okay=False),
+              help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
+                   "columns are optional).")
+@click.option("--num-episodes", type=int, default=None,
+              help="Without --dataset: how many distinct episodes (seeds) the environments provide. [default: 64]")
+@click.option("--seed", type=int, default=None, help="[default: 0]")
+@click.option("--report-to", type=click.Choice(["none", "trackio"]), default=None,
+              help="Also log metrics to trackio. [default: none]")
+@click.option("--reconnect-timeout", type=float, default=None,
+              help="Seconds to wait for an unreachable environment server before stopping. [default: 30]")
+@click.option("--json", "as_json", is_flag=True, help="Print the closing summary as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No per-step lines or progress bar; only the summary.")
+def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -> None:
+    """Train a model with TRL's GRPO on one or more environments, served here or reached by URL.
+
+    Tools are bound from the server's tool listing: no wrapper class to write. With no flags it
+    trains a tiny model on the echo environment on CPU, offline, in about a minute.
+
+    \b
+    Examples:
+      envkit train
+      envkit train --env echo --env-url http://127.0.0.1:8001 --model ./my-model
+      envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate --num-generations 16
+      envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
+      envkit train --config train.yaml --max-steps 100
+    """
+    from ..train.settings import TrainSettings, load_config
+
+    try:
+        values = load_config(config_path) if config_path else {}
+        given = {name: value for name, value in flags.items() if value not in (None, ())}
+        for name in ("env", "env_url", "reward"):
+            if name in given:
+                given[name] = list(given[name])
+        values.update(given)
+        if "env_url" in values and "env" not in values:
+            values["env"] = []
+        settings = TrainSettings(**values).resolved()
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from None
+
+    from ..train.runner import TrainingStopped, run
+    from ..train.schema import BindingError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
+    try:
+        summary = run(settings, say=say, show_steps=not quiet)
+    except BindingError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from None
+    except TrainingStopped as error:
+        _print(error.summary, as_json)
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
+    except EnvConnectionError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
+    _print(summary, as_json)
+
+
+def _print(summary: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(summary), indent=2, default=str))
+    else:
+        click.echo(summary.table())

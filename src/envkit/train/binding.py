@@ -1,0 +1,367 @@
+"""Bind a served environment to TRL: the class `GRPOTrainer(environment_factory=...)` instantiates.
+
+    from envkit.train import environment_factory
+    trainer = GRPOTrainer(model=..., environment_factory=environment_factory("http://127.0.0.1:8001"), ...)
+
+TRL builds one instance per rollout slot, calls `reset(**row)` at the start of every episode and
+offers every public method of the class to the model as a tool. The generated class has exactly
+one method per served tool, typed and documented from the server's `GET /tools` listing, and
+nothing else public:
+
+- `reset(**row)` closes the previous episode's session, opens a fresh one, passes the dataset
+  columns (all but `prompt` and `environment`, and none that is empty) to the environment's
+  `reset`, and returns the first observation text.
+- a tool method sends the call over the session, returns the environment's text, adds the reward
+  to `self.episode`, and raises `ValueError("Game over.")` once the episode has ended.
+- a session lost mid-episode (`SessionLostError`) ends that episode: it is marked lost, counted,
+  logged, and never continued on another session. Reward functions score it as unscorable.
+
+Reward functions receive the instances as `environments=` and read `environment.episode`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import re
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..client import EnvClient, SyncEnvClient
+from ..errors import CapacityError, EnvConnectionError, EnvError, SessionLostError
+from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
+
+__all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "environment_factory", "tool_names"]
+
+logger = logging.getLogger("envkit.train")
+
+#: Dataset columns that are TRL's, not the environment's.
+NOT_FOR_ENV = frozenset({"prompt", "environment"})
+
+
+@dataclass
+class Episode:
+    """One episode as the trainer saw it; reward functions read it from `environments[i].episode`.
+
+    Attributes:
+        env: name of the environment.
+        row: the keyword arguments sent to the environment's `reset`.
+        reward: sum of the rewards the environment returned.
+        components: sums of the environment's documented reward components seen in observations.
+        tool_calls, tool_errors: calls made, and calls the environment refused (bad arguments, errors).
+        done: the environment ended the episode.
+        lost: why the session was lost mid-episode, or None. A lost episode is unscorable.
+        texts: the observation texts, first (from `reset`) to last.
+        env_seconds: time spent waiting for the environment.
+    """
+
+    env: str
+    row: dict[str, Any]
+    session_id: str | None = None
+    reward: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    done: bool = False
+    lost: str | None = None
+    texts: list[str] = field(default_factory=list)
+    env_seconds: float = 0.0
+
+
+@dataclass
+class Tally:
+    """Run-wide counts across every bound environment, for progress lines and the closing summary."""
+
+    episodes: int = 0
+    finished: int = 0
+    lost: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    env_seconds: float = 0.0
+    error_codes: dict[str, int] = field(default_factory=dict)
+    lost_reasons: list[str] = field(default_factory=list)
+
+
+class ServedEnvironment:
+    """Base of the generated classes; one instance plays one episode at a time over its own session."""
+
+    env_name: ClassVar[str] = ""
+    url: ClassVar[str] = ""
+    component_names: ClassVar[tuple[str, ...]] = ()
+    tally: ClassVar[Tally]
+    reconnect_timeout: ClassVar[float] = 0.0
+    _client_options: ClassVar[dict[str, Any]]
+    _instances: ClassVar[weakref.WeakSet[ServedEnvironment]]
+
+    def __init__(self) -> None:
+        self.episode: Episode | None = None
+        self._client: SyncEnvClient | None = None
+        type(self)._instances.add(self)
+
+    def reset(self, **row: Any) -> str:
+        """Start a new episode on a fresh session and return its first observation as text."""
+        self._close()
+        kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None}
+        episode = self.episode = Episode(self.env_name, kwargs)
+        started = time.perf_counter()
+        result = self._open_and_reset(kwargs)
+        episode.env_seconds += time.perf_counter() - started
+        self.tally.env_seconds += time.perf_counter() - started
+        self.tally.episodes += 1
+        assert self._client is not None
+        episode.session_id = self._client.session_id
+        text = result.text if result.text is not None else _render(result.observation)
+        episode.texts.append(text)
+        if result.done:
+            self._finish()
+        return _separated(row.get("prompt"), text)
+
+    def _open_and_reset(self, kwargs: dict[str, Any]) -> Any:
+        """Reset on a new session. A server that cannot be reached is retried for `reconnect_timeout`
+        seconds (it may be restarting); a connection that drops before answering is retried once."""
+        deadline = time.monotonic() + self.reconnect_timeout
+        dropped = 0
+        while True:
+            self._client = EnvClient(self.url, **self._client_options).sync()
+            try:
+                return self._client.reset(**kwargs)
+            except CapacityError as error:
+                self._close()
+                raise EnvConnectionError(error.url, f"{error.reason}. Each rollout of a generation batch holds a "
+                                         "session; raise the server's --max-concurrent-envs or lower "
+                                         "--num-generations / --batch-size") from None
+            except SessionLostError:
+                self._close()
+                dropped += 1
+                if dropped == 2:
+                    raise
+            except EnvConnectionError:
+                self._close()
+                if time.monotonic() >= deadline:
+                    raise
+                logger.warning("%s: server at %s unreachable; retrying until it answers (up to %.0fs more)",
+                               self.env_name, self.url, deadline - time.monotonic())
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _call(self, tool: str, arguments: dict[str, Any]) -> str:
+        episode = self.episode
+        if episode is None or self._client is None and not (episode.done or episode.lost):
+            raise ValueError("No episode is running; the trainer calls reset() first.")
+        if episode.lost:
+            raise ValueError(f"Episode lost ({episode.lost}); it cannot continue.")
+        if episode.done:
+            raise ValueError("Game over.")
+        assert self._client is not None
+        started = time.perf_counter()
+        try:
+            result = self._client.call(tool, **arguments)
+        except SessionLostError as error:
+            self._lose(error)
+            raise ValueError(f"Episode lost: {error.reason}. It ends here and is not replayed.") from None
+        except EnvError as error:
+            episode.tool_errors += 1
+            self.tally.tool_errors += 1
+            self.tally.error_codes[error.code] = self.tally.error_codes.get(error.code, 0) + 1
+            raise ValueError(error.message) from None
+        finally:
+            elapsed = time.perf_counter() - started
+            episode.env_seconds += elapsed
+            self.tally.env_seconds += elapsed
+            episode.tool_calls += 1
+            self.tally.tool_calls += 1
+        if result.reward is not None:
+            episode.reward += float(result.reward)
+        self._add_components(result.observation)
+        episode.texts.append(result.text)
+        if result.done:
+            self._finish()
+        return result.text
+
+    def _add_components(self, observation: Any) -> None:
+        if not self.component_names or not isinstance(observation, dict):
+            return
+        sources = (observation, observation.get("metadata") or {})
+        assert self.episode is not None
+        for name in self.component_names:
+            for source in sources:
+                value = source.get(name) if isinstance(source, dict) else None
+                if isinstance(value, (int, float)):
+                    self.episode.components[name] = self.episode.components.get(name, 0.0) + float(value)
+                    break
+
+    def _finish(self) -> None:
+        assert self.episode is not None
+        self.episode.done = True
+        self.tally.finished += 1
+        self._close()
+
+    def _lose(self, error: SessionLostError) -> None:
+        assert self.episode is not None
+        self.episode.lost = error.reason
+        self.tally.lost += 1
+        self.tally.lost_reasons.append(error.reason)
+        logger.warning("%s: episode lost mid-game after %d tool calls (%s); it counts as lost and is not scored",
+                       self.env_name, self.episode.tool_calls, error)
+        self._close()
+
+    def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception as error:  # a dead connection is closed already
+                logger.debug("closing a session failed: %r", error)
+
+    @classmethod
+    def _close_all(cls) -> None:
+        """Close every open session of every instance (end of training)."""
+        for instance in list(cls._instances):
+            instance._close()
+
+
+def _render(observation: Any) -> str:
+    """Text of an observation from a server that sends no text: its one field, or its fields as JSON."""
+    if not isinstance(observation, dict):
+        return str(observation)
+    fields = {key: value for key, value in observation.items() if key != "metadata"}
+    if len(fields) == 1:
+        (value,) = fields.values()
+        return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(fields)
+
+
+def _separated(prompt: Any, text: str) -> str:
+    """TRL appends reset's text to the last user message as is; keep the two apart."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        content = prompt[-1].get("content")
+        if isinstance(content, str) and content and not content[-1].isspace():
+            return "\n\n" + text
+    return text
+
+
+def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
+    """A method with the tool's real signature, type hints and docstring, forwarding to `_call`."""
+    name = listed.get("name", "")
+    where = f"{env_name} tool {name!r}"
+    check_name(name, where)
+    if name in RESERVED_NAMES or name.startswith("_"):
+        raise BindingError(f"{where}: TRL gives `{name}` its own meaning on an environment class; rename the tool")
+    parameters = listed.get("parameters") or {}
+    properties: dict[str, Any] = parameters.get("properties") or {}
+    required = set(parameters.get("required") or ())
+    signature_parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    descriptions: dict[str, str] = {}
+    for argument, schema in properties.items():
+        check_name(argument, f"{where}, argument")
+        annotations[argument] = type_hint(schema, f"{where}, argument {argument!r}")
+        descriptions[argument] = schema.get("description", "")
+        default = inspect.Parameter.empty if argument in required else None
+        signature_parameters.append(inspect.Parameter(argument, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                      default=default, annotation=annotations[argument]))
+    annotations["return"] = str
+    signature = inspect.Signature(signature_parameters, return_annotation=str)
+    returns = (listed.get("return") or {}).get("description")
+
+    def method(self: ServedEnvironment, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(self, *args, **kwargs)
+        arguments = {key: value for key, value in bound.arguments.items() if key != "self"}
+        return self._call(name, arguments)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = docstring(listed.get("description", ""), descriptions, returns)
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = annotations
+    return method
+
+
+def _class_name(env_name: str) -> str:
+    words = [word for word in re.split(r"[^0-9a-zA-Z]+", env_name) if word]
+    name = "".join(word[:1].upper() + word[1:] for word in words) or "Served"
+    return (name if name[0].isalpha() else "Env" + name) + "Env"
+
+
+def bind(url: str, *, name: str | None = None, tally: Tally | None = None, components: Sequence[str] | None = None,
+         reconnect_timeout: float = 0.0, client_options: dict[str, Any] | None = None) -> type[ServedEnvironment]:
+    """The TRL environment class for the environment served at `url`.
+
+    Reads `/metadata` and `/tools`, builds one method per tool, and checks that each method's
+    schema (as TRL builds it) equals the listing. Raises `BindingError` naming the tool otherwise,
+    and `EnvConnectionError` when the server cannot be reached.
+
+    Args:
+        url: the server, `http://host:port` or `ws://host:port`.
+        name: the environment's name in this run (default: the name the server gives in `/metadata`).
+        tally: run-wide counters to add to (a fresh one by default), shared by several classes.
+        components: reward component names to collect from observations (default: those the
+            environment's `/metadata` lists under `reward_components`).
+        reconnect_timeout: seconds `reset` keeps retrying a server that cannot be reached (it may be
+            restarting) before raising `EnvConnectionError`; 0 fails at once.
+        client_options: keyword arguments for each episode's `EnvClient` (timeouts, headers).
+    """
+    probe = EnvClient(url, **(client_options or {})).sync()
+    metadata = probe.metadata()
+    listing = probe.tools()
+    env_name = name or str(metadata.get("name") or "env")
+    if not listing:
+        raise BindingError(f"{env_name} at {url} lists no tools, so a model has nothing to call; "
+                           "mark the environment's actions with @tool")
+    namespace: dict[str, Any] = {
+        "__doc__": f"{env_name} served at {url}: one method per tool, for TRL's environment_factory.",
+        "__module__": __name__,
+        "env_name": env_name,
+        "url": url,
+        "component_names": tuple(components if components is not None else reward_components(metadata)),
+        "tally": tally if tally is not None else Tally(),
+        "reconnect_timeout": reconnect_timeout,
+        "_client_options": dict(client_options or {}),
+        "_instances": weakref.WeakSet(),
+    }
+    methods = {}
+    for entry in listing:
+        listed = entry.get("function", entry)
+        methods[listed.get("name")] = (_tool_method(listed, env_name), listed)
+    namespace.update({name: method for name, (method, _) in methods.items()})
+    cls = type(_class_name(env_name), (ServedEnvironment,), namespace)
+    for name, (_, listed) in methods.items():
+        check_tool_schema(getattr(cls, name), listed)
+    return cls
+
+
+def tool_names(cls: type[ServedEnvironment]) -> list[str]:
+    """The tools of a bound class, sorted (the order TRL lists them in)."""
+    return sorted(name for name, value in vars(cls).items() if inspect.isfunction(value) and not name.startswith("_")
+                  and name != "reset")
+
+
+def reward_components(metadata: Mapping[str, Any]) -> list[str]:
+    """The reward component names an environment documents in `/metadata` (`reward_components`)."""
+    declared = metadata.get("reward_components") or []
+    return list(declared) if isinstance(declared, (list, tuple, dict)) else []
+
+
+def environment_factory(urls: str | Sequence[str] | Mapping[str, str], *, tally: Tally | None = None,
+                        client_options: dict[str, Any] | None = None
+                        ) -> type[ServedEnvironment] | dict[str, type[ServedEnvironment]]:
+    """What to pass as `GRPOTrainer(environment_factory=...)` for one or several served environments.
+
+    One URL gives one class. Several URLs (a list, or a mapping of names to URLs) give a dict of
+    classes by environment name, which TRL routes by each dataset row's `environment` column.
+    """
+    if isinstance(urls, str):
+        return bind(urls, tally=tally, client_options=client_options)
+    shared = tally if tally is not None else Tally()
+    if isinstance(urls, Mapping):
+        return {name: bind(url, name=name, tally=shared, client_options=client_options) for name, url in urls.items()}
+    classes: dict[str, type[ServedEnvironment]] = {}
+    for url in urls:
+        cls = bind(url, tally=shared, client_options=client_options)
+        if cls.env_name in classes:
+            raise BindingError(f"two servers serve {cls.env_name!r} ({classes[cls.env_name].url} and {url}); "
+                               "pass a mapping {name: url} to tell them apart")
+        classes[cls.env_name] = cls
+    return classes

@@ -1,0 +1,126 @@
+"""Training rows: prompts from the environments themselves, or a user's dataset file.
+
+Every row has a conversational `prompt`; with several environments also an `environment` column
+that routes it. Every other column reaches the environment's `reset` (a `seed`, a puzzle id, ...).
+TRL appends the text `reset` returns (the first observation) to the prompt's last user message.
+
+- From the environments (`--num-episodes N`): N rows, spread evenly over the environments, each
+  with its own `seed`. The prompt is the `prompt` an environment's `/metadata` gives, else one made
+  from its description.
+- From a file (`--dataset rows.jsonl` or `.csv`): one row per line. A `prompt` column (text or a
+  list of chat messages) is optional; rows without one get the environment's prompt.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["task_prompt", "env_rows", "file_rows"]
+
+
+def task_prompt(name: str, metadata: Mapping[str, Any]) -> str:
+    """What the model is asked to do in environment `name`, before the first observation."""
+    given = metadata.get("prompt")
+    if isinstance(given, str) and given.strip():
+        return given.rstrip() + "\n\n"
+    description = str(metadata.get("description") or f"The {name} environment.").strip()
+    return f"{description}\nAct by calling the tools.\n\n"
+
+
+def env_rows(prompts: Mapping[str, str], num_episodes: int, seed: int) -> list[dict[str, Any]]:
+    """`num_episodes` rows spread round-robin over the environments, seeds `seed`, `seed + 1`, ..."""
+    names = list(prompts)
+    rows = []
+    for index in range(num_episodes):
+        name = names[index % len(names)]
+        row: dict[str, Any] = {"prompt": [{"role": "user", "content": prompts[name]}], "seed": seed + index}
+        if len(names) > 1:
+            row["environment"] = name
+        rows.append(row)
+    return rows
+
+
+def file_rows(path: str | Path, prompts: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Rows from a JSON Lines or CSV file, checked and completed (prompt, environment)."""
+    path = Path(path)
+    records = _read(path)
+    if not records:
+        raise ConfigurationError(f"--dataset {path}: no rows; add one JSON object per line (or CSV rows)")
+    names = list(prompts)
+    rows = []
+    for number, record in enumerate(records, start=1):
+        where = f"--dataset {path}, row {number}"
+        row = {key: value for key, value in record.items() if value is not None and value != ""}
+        name = row.get("environment")
+        if name is None:
+            if len(names) > 1:
+                raise ConfigurationError(f"{where}: no `environment` column; with several environments each row "
+                                         f"names one of {', '.join(names)}")
+            name = names[0]
+        elif name not in prompts:
+            raise ConfigurationError(f"{where}: environment {name!r} is not in this run ({', '.join(names)})")
+        if len(names) > 1:
+            row["environment"] = name
+        else:
+            row.pop("environment", None)
+        row["prompt"] = _prompt(row.get("prompt"), prompts[name], where)
+        rows.append(row)
+    return rows
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise ConfigurationError(f"--dataset {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        records = []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ConfigurationError(f"--dataset {path}, line {number}: not JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise ConfigurationError(f"--dataset {path}, line {number}: expected a JSON object per line")
+            records.append(record)
+        return records
+    if suffix == ".csv":
+        with path.open(newline="") as handle:
+            return [{key: _scalar(value) for key, value in record.items()} for record in csv.DictReader(handle)]
+    raise ConfigurationError(f"--dataset {path}: use a .jsonl (one JSON object per line) or .csv file")
+
+
+def _scalar(text: str | None) -> Any:
+    """CSV cells are text; numbers and booleans become numbers and booleans (seeds, ids)."""
+    if text is None:
+        return None
+    stripped = text.strip()
+    if stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    if re.fullmatch(r"[+-]?\d+", stripped):
+        return int(stripped)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", stripped):
+        return float(stripped)
+    return text
+
+
+def _prompt(value: Any, default: str, where: str) -> list[dict[str, Any]]:
+    if value is None:
+        return [{"role": "user", "content": default}]
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, Sequence) and value and all(isinstance(m, dict) and "role" in m and "content" in m
+                                                     for m in value):
+        if value[-1]["role"] != "user":
+            raise ConfigurationError(f"{where}: the prompt's last message must be the user's (the first observation "
+                                     "is appended to it)")
+        return [dict(message) for message in value]
+    raise ConfigurationError(f"{where}: `prompt` must be text or a list of {{\"role\", \"content\"}} messages")

@@ -1,0 +1,178 @@
+"""Reward functions for TRL, chosen by name with `--reward` (repeatable).
+
+    --reward env                 the environment's own reward, summed over the episode (the default)
+    --reward win                 a reward component the environment documents (`reward_components` in /metadata)
+    --reward wordle.win          the same, for one environment of several
+    --reward my_rewards:brevity  a function of yours, called as TRL calls reward functions
+    --reward invalid=-0.5        any of the above with a weight (GRPOConfig.reward_weights)
+
+Each environment gets its own function (`echo_reward`, `wordle_win`, ...), which scores that
+environment's rows and returns None for the others, so TRL logs a reward per environment.
+
+A component's value in an episode is the sum of the values the environment reported for it, in
+each observation's fields or its `metadata`; an episode that never reported it scores 0.
+
+Lost episodes (the session dropped mid-game) are unscorable: every function returns None for
+them, your own included, so TRL leaves them out of the group baseline and gives them no
+advantage. They are counted in the `episodes/lost` metric.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from .binding import Episode, ServedEnvironment
+
+__all__ = ["RewardChoice", "parse_reward", "reward_functions"]
+
+ENV_REWARD = "env"
+
+
+@dataclass(frozen=True)
+class RewardChoice:
+    """One `--reward` value: the environment's reward, a component, or a user function; with a weight."""
+
+    kind: str  # "env", "component" or "function"
+    name: str
+    env: str | None = None
+    weight: float = 1.0
+
+
+def parse_reward(text: str) -> RewardChoice:
+    """Parse `env`, `COMPONENT`, `ENV.COMPONENT`, `module:function`, each optionally followed by `=WEIGHT`."""
+    spec, weight = text.strip(), 1.0
+    if "=" in spec:
+        spec, _, raw = spec.rpartition("=")
+        try:
+            weight = float(raw)
+        except ValueError:
+            raise ConfigurationError(f"--reward {text!r}: the weight after '=' must be a number, e.g. win=0.5") from None
+    if not spec:
+        raise ConfigurationError(f"--reward {text!r}: name a reward (env, a component, or module:function)")
+    if ":" in spec:
+        return RewardChoice("function", spec, None, weight)
+    env, _, name = spec.rpartition(".")
+    kind = "env" if name == ENV_REWARD else "component"
+    return RewardChoice(kind, name, env or None, weight)
+
+
+def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type[ServedEnvironment]]
+                     ) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
+    """The reward functions and weights for TRL; the first function also logs `episodes/lost`."""
+    functions: list[Callable[..., list[float | None]]] = []
+    weights: list[float] = []
+    for choice in choices:
+        envs = _envs_for(choice, classes)
+        for env in envs:
+            if choice.kind == "env":
+                functions.append(_scorer(f"{env}_reward", env, _episode_reward))
+            elif choice.kind == "component":
+                functions.append(_scorer(f"{env}_{choice.name}", env, _component(choice.name)))
+        if choice.kind == "function":
+            functions.append(_user_function(choice.name))
+            envs = [""]
+        weights.extend([choice.weight] * len(envs))
+    names = [function.__name__ for function in functions]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigurationError(f"--reward: {', '.join(repeated)} chosen twice; name each reward once")
+    if functions:
+        functions[0] = _counting_lost(functions[0])
+    return functions, weights
+
+
+def _envs_for(choice: RewardChoice, classes: Mapping[str, type[ServedEnvironment]]) -> list[str]:
+    if choice.kind == "function":
+        return []
+    if choice.env is not None and choice.env not in classes:
+        raise ConfigurationError(f"--reward {choice.env}.{choice.name}: no environment {choice.env!r} in this run "
+                                 f"({', '.join(classes)})")
+    envs = [choice.env] if choice.env is not None else list(classes)
+    if choice.kind == "env":
+        return envs
+    documented = [env for env in envs if choice.name in classes[env].component_names]
+    if not documented:
+        offered = {env: list(classes[env].component_names) for env in envs}
+        listing = "; ".join(f"{env}: {', '.join(names) or 'none'}" for env, names in offered.items())
+        raise ConfigurationError(f"--reward {choice.name}: no environment documents a reward component of that name "
+                                 f"(documented components — {listing}); use --reward env for the environment's "
+                                 "own reward")
+    return documented
+
+
+def _episode_reward(episode: Episode) -> float:
+    return episode.reward
+
+
+def _component(name: str) -> Callable[[Episode], float]:
+    def score(episode: Episode) -> float:
+        return episode.components.get(name, 0.0)
+
+    return score
+
+
+def _scorer(name: str, env: str, score: Callable[[Episode], float]) -> Callable[..., list[float | None]]:
+    def reward(environments: Sequence[ServedEnvironment], **_: Any) -> list[float | None]:
+        return [score(item.episode) if _scorable(item) and item.env_name == env else None for item in environments]
+
+    reward.__name__ = reward.__qualname__ = name
+    return reward
+
+
+def _scorable(environment: ServedEnvironment) -> bool:
+    return environment.episode is not None and environment.episode.lost is None
+
+
+def _masked(values: Sequence[float | None], environments: Sequence[ServedEnvironment]) -> list[float | None]:
+    return [value if _scorable(item) else None for value, item in zip(values, environments, strict=True)]
+
+
+def _user_function(spec: str) -> Callable[..., list[float | None]]:
+    from ..serving import import_attribute
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    function = import_attribute(spec)
+    if not callable(function):
+        raise ConfigurationError(f"--reward {spec}: {function!r} is not a function")
+    if inspect.iscoroutinefunction(function):
+        async def reward_async(**kwargs: Any) -> list[float | None]:
+            return _masked(await function(**kwargs), kwargs["environments"])
+
+        wrapped: Callable[..., Any] = reward_async
+    else:
+        def reward(**kwargs: Any) -> list[float | None]:
+            return _masked(function(**kwargs), kwargs["environments"])
+
+        wrapped = reward
+    wrapped.__name__ = wrapped.__qualname__ = getattr(function, "__name__", spec.rpartition(":")[2])
+    return wrapped
+
+
+def _counting_lost(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Log how many episodes of the batch were lost (TRL's `log_metric`), then score as `function` does."""
+
+    def log(kwargs: dict[str, Any]) -> None:
+        lost = sum(1 for item in kwargs["environments"] if item.episode is not None and item.episode.lost)
+        kwargs["log_metric"]("episodes/lost", float(lost))
+
+    if inspect.iscoroutinefunction(function):
+        async def counted_async(**kwargs: Any) -> Any:
+            log(kwargs)
+            return await function(**kwargs)
+
+        counted: Callable[..., Any] = counted_async
+    else:
+        def counted_sync(**kwargs: Any) -> Any:
+            log(kwargs)
+            return function(**kwargs)
+
+        counted = counted_sync
+    counted.__name__ = counted.__qualname__ = function.__name__
+    return counted

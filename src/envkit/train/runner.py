@@ -1,0 +1,201 @@
+"""One training run: serve or reach the environments, bind them, build the data and rewards, train, report.
+
+    from envkit.train.runner import run
+    from envkit.train.settings import TrainSettings
+    summary = run(TrainSettings(env=["echo"], model="tiny", max_steps=5))
+
+If the environment servers stay unreachable past `reconnect_timeout` the run stops with
+`TrainingStopped`; the metrics, plot and summary of the steps done are still written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..client import EnvClient
+from ..errors import EnvConnectionError, EnvkitError, SessionLostError
+from .binding import ServedEnvironment, Tally, bind, tool_names
+from .data import env_rows, file_rows, task_prompt
+from .embedded import serve_envs
+from .rewards import parse_reward, reward_functions
+from .settings import TrainSettings
+
+__all__ = ["run", "Run", "TrainingStopped"]
+
+logger = logging.getLogger("envkit.train")
+
+
+class TrainingStopped(EnvkitError):
+    """The run could not go on (environment servers unreachable); `summary` holds what was done."""
+
+    def __init__(self, message: str, summary: Any) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass
+class Run:
+    """A prepared run: the bound environments, rows, rewards and trainer, ready to `train()`."""
+
+    settings: TrainSettings
+    classes: dict[str, type[ServedEnvironment]]
+    rows: list[dict[str, Any]]
+    tally: Tally
+    trainer: Any
+    report: Any
+    notes: list[str]
+
+
+def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_steps: bool = True) -> Any:
+    """Train as `settings` say; returns the `Summary`.
+
+    `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
+    """
+    settings = settings.resolved()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with ExitStack() as stack:
+        urls = _environment_urls(settings, stack, say)
+        prepared = prepare(settings, urls, say, show_steps=show_steps)
+        return train(prepared)
+
+
+def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[str], None]) -> dict[str, str]:
+    sessions = settings.batch_size * settings.gradient_accumulation_steps
+    if settings.env_url:
+        names = settings.env or [_server_name(url) for url in settings.env_url]
+        return dict(zip(names, settings.env_url, strict=True))
+    urls = stack.enter_context(serve_envs(settings.env, sessions))
+    for name, url in urls.items():
+        say(f"serving {name} on {url} (in this process)")
+    return urls
+
+
+def _server_name(url: str) -> str:
+    return str(EnvClient(url).sync().metadata().get("name") or url)
+
+
+def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
+            show_steps: bool = True) -> Run:
+    """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
+    import torch
+
+    classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
+    for name, cls in classes.items():
+        tools = ", ".join(tool_names(cls))
+        say(f"bound {name}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
+                                              if cls.component_names else ""))
+    _check_capacity(urls, settings.batch_size * settings.gradient_accumulation_steps)
+    prompts = {name: task_prompt(name, _metadata(url)) for name, url in urls.items()}
+    rows = (file_rows(settings.dataset, prompts) if settings.dataset
+            else env_rows(prompts, settings.num_episodes, settings.seed))
+    functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes)
+    on_gpu = torch.cuda.is_available()
+    model, tokenizer, notes = _model(settings, classes, rows, on_gpu, say)
+    tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
+    for cls in classes.values():
+        cls.tally = tally
+    config = settings.grpo_config(on_gpu=on_gpu)
+    config.reward_weights = weights
+
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOTrainer
+
+    from .report import RunReport
+
+    factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
+    with _quiet_unscorable_warning():
+        trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=Dataset.from_list(rows),
+                              processing_class=tokenizer, environment_factory=factory)
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
+                       show=show_steps)
+    trainer.add_callback(report)
+    return Run(settings, classes, rows, tally, trainer, report, notes)
+
+
+def train(prepared: Run) -> Any:
+    """Run the prepared trainer; close every session; save the model; write the report."""
+    settings, trainer = prepared.settings, prepared.trainer
+    stopped = None
+    try:
+        with _quiet_unscorable_warning():
+            trainer.train()
+    except (EnvConnectionError, SessionLostError) as error:
+        stopped = (f"the environment server stopped answering ({error}); steps done so far are saved. Restart the "
+                   "server (or raise --reconnect-timeout to wait longer) and run again")
+    finally:
+        for cls in prepared.classes.values():
+            cls._close_all()
+    output = Path(settings.output_dir)
+    summary = prepared.report.finish(stopped)
+    if settings.save_model and stopped is None:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        trainer.save_model(str(output / "model"))
+        summary.files = {"model": str(output / "model"), **summary.files}
+    if stopped is not None:
+        raise TrainingStopped(stopped, summary)
+    return summary
+
+
+def _metadata(url: str) -> dict[str, Any]:
+    return EnvClient(url).sync().metadata()
+
+
+def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:
+    """Each rollout of a generation batch holds a session; refuse a server that cannot hold them all."""
+    for name, url in urls.items():
+        health = EnvClient(url).sync().health()
+        free = int(health.get("max_sessions", sessions)) - int(health.get("active_sessions", 0))
+        if free < sessions:
+            raise EnvConnectionError(url, f"{name} has room for {free} more sessions but each generation batch plays "
+                                     f"{sessions} episodes at once; start the server with --max-concurrent-envs "
+                                     f"{sessions} or more, or lower --batch-size")
+
+
+def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]], rows: list[dict[str, Any]],
+           on_gpu: bool, say: Callable[[str], None]) -> tuple[Any, Any, list[str]]:
+    """The policy and its tokenizer: the tiny model built here, or a local path / Hub id for TRL to load."""
+    if not settings.tiny:
+        return settings.model, None, []
+    from .tiny import GPU_SPEC, TinyModelSpec, build_tiny_model, describe
+
+    if not on_gpu:
+        import torch
+
+        torch.set_num_threads(1)  # a 100K-parameter model gains nothing from threads, and loses much to their overhead
+    spec = GPU_SPEC if settings.vllm_mode != "none" else TinyModelSpec(seed=settings.seed)
+    save_to = Path(settings.output_dir) / "tiny-model" if settings.vllm_mode != "none" else None
+    started = time.perf_counter()
+    model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to)
+    note = describe(figures)
+    say(f"{note} ({time.perf_counter() - started:.1f}s)")
+    if save_to is not None:  # vLLM loads the policy from disk
+        return str(save_to), None, [note]
+    return model, tokenizer, [note]
+
+
+@contextmanager
+def _quiet_unscorable_warning() -> Iterator[None]:
+    """TRL warns, with the whole batch, whenever every reward is None for a row: here that means a lost
+    episode, which envkit already reports in one line."""
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("All reward functions returned None")
+
+    trl_logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(keep)

@@ -1,0 +1,226 @@
+"""Settings of a training run: defaults, a YAML config file, command-line flags, and the GRPOConfig they make.
+
+Precedence: a flag given on the command line beats the config file, which beats the defaults.
+Defaults depend on the model: `--model tiny` gets settings that finish on a laptop CPU in a
+minute or two; any other model gets TRL's defaults for a real run.
+
+A config file uses the same names as the flags (`max_steps` or `max-steps`), plus an optional
+`grpo:` table of any other `GRPOConfig` field:
+
+    model: Qwen/Qwen3-1.7B
+    env: [wordle]
+    vllm_mode: colocate
+    num_generations: 16
+    grpo:
+      warmup_ratio: 0.05
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["TrainSettings", "load_config", "TINY"]
+
+TINY = "tiny"
+VLLM_MODES = ("none", "colocate", "server")
+REPORT_TO = ("none", "trackio")
+
+
+@dataclass
+class TrainSettings:
+    """Everything `envkit train` needs; None means "the default for this model"."""
+
+    env: list[str] = field(default_factory=lambda: ["echo"])
+    env_url: list[str] = field(default_factory=list)
+    model: str = TINY
+    output_dir: str = "envkit-train"
+    max_steps: int | None = None
+    learning_rate: float | None = None
+    num_generations: int | None = None
+    batch_size: int | None = None
+    gradient_accumulation_steps: int = 1
+    max_completion_length: int | None = None
+    max_tool_calling_iterations: int | None = None
+    temperature: float = 1.0
+    beta: float = 0.0
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    vllm_mode: str = "none"
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_max_model_length: int | None = None
+    vllm_enable_sleep_mode: bool = False
+    vllm_server_url: str | None = None
+    reward: list[str] = field(default_factory=lambda: ["env"])
+    dataset: str | None = None
+    num_episodes: int = 64
+    seed: int = 0
+    report_to: str = "none"
+    reconnect_timeout: float = 30.0
+    save_model: bool = True
+    grpo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tiny(self) -> bool:
+        return self.model == TINY
+
+    def resolved(self) -> TrainSettings:
+        """A copy with model-dependent defaults filled in and every value checked."""
+        tiny = self.tiny
+        defaults = {
+            "max_steps": 30 if tiny else 200,
+            "learning_rate": 1e-3 if tiny else 1e-6,
+            "num_generations": 8,
+            "batch_size": 16 if tiny else 8,
+            "max_completion_length": 128 if tiny else 1024,
+            "max_tool_calling_iterations": 3 if tiny else 10,
+        }
+        values = {name: getattr(self, name) if getattr(self, name) is not None else default
+                  for name, default in defaults.items()}
+        done = dataclasses.replace(self, **values)
+        done.check()
+        return done
+
+    def check(self) -> None:
+        """Raise `ConfigurationError` for values that cannot work, saying which and what to do."""
+        positive = ("max_steps", "num_generations", "batch_size", "gradient_accumulation_steps",
+                    "max_completion_length", "max_tool_calling_iterations", "num_episodes")
+        for name in positive:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ConfigurationError(f"--learning-rate must be positive, got {self.learning_rate!r}")
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ConfigurationError("--num-generations must be at least 2: GRPO compares each completion with the "
+                                     "others of its group")
+        if self.batch_size and self.num_generations and (
+                self.batch_size * self.gradient_accumulation_steps) % self.num_generations:
+            raise ConfigurationError(
+                f"--batch-size × --gradient-accumulation-steps ({self.batch_size} × {self.gradient_accumulation_steps})"
+                f" must be a multiple of --num-generations ({self.num_generations}): each prompt's generations "
+                "are scored together")
+        if self.vllm_mode not in VLLM_MODES:
+            raise ConfigurationError(f"--vllm-mode must be one of {', '.join(VLLM_MODES)}, got {self.vllm_mode!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigurationError("--vllm-gpu-memory-utilization must be in (0, 1], e.g. 0.3")
+        if self.report_to not in REPORT_TO:
+            raise ConfigurationError(f"--report-to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+        if self.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
+            raise ConfigurationError("--report-to trackio needs the trackio package: pip install trackio")
+        if not self.env and not self.env_url:
+            raise ConfigurationError("name an environment with --env (e.g. --env echo) or a server with --env-url")
+        if self.env_url and self.env and len(self.env) != len(self.env_url):
+            raise ConfigurationError(
+                f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one name per server "
+                "(in the same order), or leave out --env to use the names the servers report")
+        if self.reconnect_timeout < 0:
+            raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
+
+    def chat_kwargs(self) -> dict[str, Any]:
+        """`chat_template_kwargs` for TRL, with `enable_thinking` folded in (the tiny model thinks never)."""
+        kwargs = dict(self.chat_template_kwargs)
+        if self.enable_thinking is not None:
+            kwargs["enable_thinking"] = self.enable_thinking
+        elif self.tiny:
+            kwargs.setdefault("enable_thinking", False)
+        return kwargs
+
+    def grpo_config(self, *, on_gpu: bool) -> Any:
+        """The `trl.GRPOConfig` for these settings (call on resolved settings)."""
+        from trl import GRPOConfig
+
+        kwargs: dict[str, Any] = {
+            "output_dir": self.output_dir,
+            "max_steps": self.max_steps,
+            "learning_rate": self.learning_rate,
+            "num_generations": self.num_generations,
+            "per_device_train_batch_size": self.batch_size,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "max_completion_length": self.max_completion_length,
+            "max_tool_calling_iterations": self.max_tool_calling_iterations,
+            "temperature": self.temperature,
+            "beta": self.beta,
+            "chat_template_kwargs": self.chat_kwargs(),
+            "seed": self.seed,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "report_to": [] if self.report_to == "none" else [self.report_to],
+            "disable_tqdm": True,
+            "remove_unused_columns": False,
+            "bf16": on_gpu and not self.tiny,
+            "gradient_checkpointing": on_gpu and not self.tiny,
+            "use_cpu": not on_gpu,
+        }
+        if self.vllm_mode != "none":
+            kwargs.update(use_vllm=True, vllm_mode=self.vllm_mode,
+                          vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                          vllm_max_model_length=self.vllm_max_model_length,
+                          vllm_enable_sleep_mode=self.vllm_enable_sleep_mode)
+            if self.vllm_server_url:
+                kwargs["vllm_server_base_url"] = self.vllm_server_url
+        known = {item.name for item in dataclasses.fields(GRPOConfig)}
+        unknown = sorted(set(self.grpo) - known)
+        if unknown:
+            raise ConfigurationError(f"config file: grpo: {', '.join(unknown)} are not GRPOConfig fields (trl "
+                                     "GRPOConfig documents the valid ones)")
+        kwargs.update(self.grpo)
+        return GRPOConfig(**kwargs)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_LIST_FIELDS = {"env", "env_url", "reward"}
+_INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
+               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed"}
+_FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
+
+
+def _coerced(name: str, value: Any, where: str) -> Any:
+    """YAML reads `1e-6` as a string and `5` as an int where a float is meant; accept both."""
+    kind = int if name in _INT_FIELDS else float if name in _FLOAT_FIELDS else None
+    if kind is None or value is None or isinstance(value, bool):
+        return value
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{where}: {name} must be a number, got {value!r}") from None
+    if kind is int and number != float(value):
+        raise ConfigurationError(f"{where}: {name} must be a whole number, got {value!r}")
+    return number
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into settings values (names as `TrainSettings` fields)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigurationError(f"--config {path}: cannot read it ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"--config {path}: not valid YAML ({error})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"--config {path}: expected a mapping of settings (e.g. `max_steps: 50`)")
+    known = {item.name: item for item in dataclasses.fields(TrainSettings)}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise ConfigurationError(f"--config {path}: unknown setting {key!r}; known: {', '.join(sorted(known))}")
+        if name in _LIST_FIELDS and isinstance(value, str):
+            value = [value]
+        if name in ("grpo", "chat_template_kwargs") and not isinstance(value, dict):
+            raise ConfigurationError(f"--config {path}: {key} must be a mapping")
+        values[name] = _coerced(name, value, f"--config {path}")
+    return values

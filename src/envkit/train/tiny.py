@@ -1,0 +1,246 @@
+"""`--model tiny`: a ~100K-parameter tool-calling model built on the spot, offline, in seconds.
+
+A random model never emits a well-formed tool call, so GRPO would have nothing to reward. The
+recipe, all local:
+
+1. play scripted episodes against the served environments (random but valid tool arguments),
+   rendering each as the chat TRL will build: prompt, `<tool_call>` turns, tool responses;
+2. train a byte-level BPE tokenizer (`tokenizers`) on those conversations and give it TRL's
+   own Qwen3 chat template string, which TRL recognises to parse `<tool_call>` blocks;
+3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on the
+   assistant turns of the scripted episodes, so that it calls tools from the first GRPO step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .binding import ServedEnvironment, tool_names
+
+__all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "CHAT_TEMPLATE_KWARGS"]
+
+logger = logging.getLogger("envkit.train")
+
+#: The tiny model answers without a thinking block: TRL's Qwen3 template then opens each turn with an empty one.
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TAG_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+WORDS = ("hello world the quick brown fox jumps over a lazy dog red green blue sun moon star tree river stone cloud "
+         "light dark fast slow big small one two three yes no up down left right play game move step win").split()
+
+
+@dataclass
+class TinyModelSpec:
+    """Sizes of the tiny model and its warm-up. The defaults give about 100K parameters."""
+
+    vocab_size: int = 640
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    episodes: int = 16
+    max_turns: int = 3
+    warmup_steps: int = 100
+    warmup_lr: float = 5e-3
+    seed: int = 0
+
+
+#: For vLLM on a GPU: attention kernels want a head size of 64 or more.
+GPU_SPEC = TinyModelSpec(hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64)
+
+
+def sample_argument(schema: dict[str, Any], rng: random.Random) -> Any:
+    """A random value that satisfies one argument's JSON schema."""
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    if "anyOf" in schema:
+        return sample_argument(rng.choice(schema["anyOf"]), rng)
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = rng.choice([one for one in kind if one != "null"] or ["string"])
+    if kind == "integer":
+        low, high = int(schema.get("minimum", 0)), int(schema.get("maximum", 9))
+        return rng.randint(low, max(low, high))
+    if kind == "number":
+        low, high = float(schema.get("minimum", 0.0)), float(schema.get("maximum", 1.0))
+        return round(rng.uniform(low, max(low, high)), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [sample_argument(schema.get("items", {}), rng) for _ in range(rng.randint(1, 3))]
+    if kind == "object":
+        return {}
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+
+
+def _tool_schemas(environment: ServedEnvironment) -> list[dict[str, Any]]:
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(getattr(environment, name)) for name in tool_names(type(environment))]
+
+
+def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
+                           *, max_turns: int, seed: int = 0) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Play one scripted episode per row over real sessions; each as (chat messages, tool schemas).
+
+    Tool calls use random valid arguments; errors the environment returns become tool messages,
+    as in TRL. Every episode ends with a short final answer.
+    """
+    rng = random.Random(seed)
+    conversations = []
+    for row in rows:
+        cls = classes[row.get("environment")] if row.get("environment") in classes else next(iter(classes.values()))
+        environment = cls()
+        first = environment.reset(**row)
+        prompt = [dict(message) for message in row["prompt"]]
+        prompt[-1]["content"] = prompt[-1]["content"] + first
+        messages = list(prompt)
+        listing = _tool_schemas(environment)
+        for _ in range(rng.randint(1, max_turns)):
+            tool = rng.choice(listing)["function"]
+            properties = tool["parameters"].get("properties", {})
+            required = set(tool["parameters"].get("required", ()))
+            arguments = {name: sample_argument(schema, rng) for name, schema in properties.items()
+                         if name in required or rng.random() < 0.5}
+            try:
+                result: Any = getattr(environment, tool["name"])(**arguments)
+            except ValueError as error:
+                result = {"error": str(error)}
+            messages.append({"role": "assistant", "content": "",
+                             "tool_calls": [{"type": "function", "function": {"name": tool["name"],
+                                                                              "arguments": arguments}}]})
+            messages.append({"role": "tool", "name": tool["name"], "content": str(result)})
+            if environment.episode is not None and (environment.episode.done or environment.episode.lost):
+                break
+        messages.append({"role": "assistant", "content": rng.choice(["Done.", "I am done.", "Finished."])})
+        environment._close()
+        conversations.append((messages, listing))
+    return conversations
+
+
+def _train_tokenizer(texts: list[str], spec: TinyModelSpec) -> Any:
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_chat_template
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    # The tags are whole tokens (as in Qwen3) but not "special": decoding keeps them, so TRL can parse tool calls.
+    backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TAG_TOKENS])
+    backend.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        padding_side="left", model_max_length=4096)
+    tokenizer.chat_template = qwen3_chat_template
+    return tokenizer
+
+
+def _training_template(tokenizer: Any) -> str:
+    """The template TRL renders multi-turn episodes with (a prefix-preserving one with generation markers)."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    return get_training_chat_template(tokenizer) or tokenizer.chat_template
+
+
+def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
+                     spec: TinyModelSpec | None = None, save_to: Path | None = None) -> tuple[Any, Any, dict[str, float]]:
+    """Build, warm up and return `(model, tokenizer, figures)`; optionally save both to `save_to`.
+
+    `rows` are dataset rows (with `prompt`, and `environment` when several environments are bound);
+    one scripted episode is played per row, cycling through them.
+    """
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    spec = spec or TinyModelSpec()
+    started = time.perf_counter()
+    torch.manual_seed(spec.seed)
+    chosen = [rows[index % len(rows)] for index in range(spec.episodes)]
+    conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed)
+    played = time.perf_counter()
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+    from trl.chat_template_utils import qwen3_chat_template
+
+    texts = []
+    for tools in {json.dumps(tools): tools for _, tools in conversations}.values():  # one render call per tool set
+        group = [messages for messages, listing in conversations if listing == tools]
+        rendered, _ = render_jinja_template(group, tools=tools, chat_template=qwen3_chat_template,
+                                            **CHAT_TEMPLATE_KWARGS)
+        texts.extend(rendered)
+    tokenizer = _train_tokenizer(texts, spec)
+    template = _training_template(tokenizer)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
+                         num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
+                         head_dim=spec.head_dim, max_position_embeddings=4096, tie_word_embeddings=True,
+                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    batch = _encode(tokenizer, template, conversations)
+    loss = _warm_up(model, batch, spec)
+    model.eval()
+    figures = {"parameters": float(sum(p.numel() for p in model.parameters())), "warmup_loss": loss,
+               "vocab_size": float(len(tokenizer)), "play_seconds": played - started,
+               "build_seconds": time.perf_counter() - started}
+    if save_to is not None:
+        save_to.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(save_to)
+        tokenizer.save_pretrained(save_to)
+    return model, tokenizer, figures
+
+
+def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+            ) -> dict[str, Any]:
+    """Token ids and an assistant-turns-only loss mask for each conversation, right-padded."""
+    import torch
+
+    encoded = [tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, return_dict=True,
+                                             return_assistant_tokens_mask=True, tokenize=True, **CHAT_TEMPLATE_KWARGS)
+               for messages, tools in conversations]
+    width = max(len(item["input_ids"]) for item in encoded)
+    ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(encoded), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, item in enumerate(encoded):
+        tokens = torch.tensor(item["input_ids"])
+        mask = torch.tensor(item["assistant_masks"], dtype=torch.bool)
+        ids[row, : len(tokens)] = tokens
+        attention[row, : len(tokens)] = 1
+        labels[row, : len(tokens)] = torch.where(mask, tokens, torch.full_like(tokens, -100))
+    return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+
+
+def _warm_up(model: Any, batch: dict[str, Any], spec: TinyModelSpec) -> float:
+    import torch
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
+    loss_value = float("nan")
+    for _ in range(spec.warmup_steps):
+        optimizer.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        loss_value = float(loss.item())
+    return loss_value
+
+
+def describe(figures: dict[str, float]) -> str:
+    """One line about the built model, for the run log."""
+    return (f"tiny model: {figures['parameters'] / 1000:.0f}K parameters, vocabulary {figures['vocab_size']:.0f}, "
+            f"warm-up loss {figures['warmup_loss']:.2f}, built in {figures['build_seconds']:.1f}s")
