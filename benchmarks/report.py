@@ -20,12 +20,22 @@ def _median(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float |
 
 
 def summarise(server: dict[str, Any]) -> dict[str, Any]:
-    """Median steps/s and p99 per level (over rounds), plus the per-server checks."""
-    rate = {int(level): _median(runs, lambda run: run["steps_per_s"]) for level, runs in server["runs"].items()}
-    p99 = {int(level): _median(runs, lambda run: run["step_latency_ms"]["p99"]) for level, runs in server["runs"].items()}
-    loadgen = max(run["loadgen_cpu"] for runs in server["runs"].values() for run in runs)
-    return {"label": server["label"], "rate": rate, "p99": p99, "loadgen_max": loadgen, "memory": server.get("memory"),
-            "churn": server.get("churn"), "ramp": server.get("ramp")}
+    """Median steps/s, p99 and server CPU per step per level (over rounds), plus the per-server checks."""
+    runs = {int(level): level_runs for level, level_runs in server["runs"].items()}
+    rate = {level: _median(level_runs, lambda run: run["steps_per_s"]) for level, level_runs in runs.items()}
+    p99 = {level: _median(level_runs, lambda run: run["step_latency_ms"]["p99"]) for level, level_runs in runs.items()}
+    cpu = {level: _median(level_runs, lambda run: run.get("server_cpu_us_per_step")) for level, level_runs in runs.items()}
+    loadgen = max(run["loadgen_cpu"] for level_runs in runs.values() for run in level_runs)
+    return {"label": server["label"], "runs": runs, "rate": rate, "p99": p99, "cpu": cpu, "loadgen_max": loadgen,
+            "memory": server.get("memory"), "churn": server.get("churn"), "ramp": server.get("ramp")}
+
+
+def paired_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, level: int, metric: str = "steps_per_s") -> str:
+    """Median over rounds of a/b, each round's runs paired (they ran minutes apart, not hours)."""
+    if a is None or b is None or level not in a["runs"] or level not in b["runs"]:
+        return "-"
+    ratios = [x[metric] / y[metric] for x, y in zip(a["runs"][level], b["runs"][level]) if x[metric] and y[metric]]
+    return f"{statistics.median(ratios):.2f}×" if ratios else "-"
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -41,33 +51,31 @@ def tables(report: dict[str, Any]) -> str:
     s = {key: summarise(report["servers"][key]) for key in present}
     levels = report["levels"]
     lines = [f"Machine: {report['machine']}; {report['rounds']} interleaved round(s), medians shown.", "",
-             "| server | " + " | ".join(f"steps/s @{level}" for level in levels) + " | p99 ms @64 | @1024 ÷ @64 |",
-             "| --- |" + " ---: |" * (len(levels) + 2)]
+             "| server | " + " | ".join(f"steps/s @{level}" for level in levels) +
+             " | p99 ms @64 | @1024 ÷ @64 | server CPU µs/step @64 |",
+             "| --- |" + " ---: |" * (len(levels) + 3)]
     for key in present:
-        rate, p99 = s[key]["rate"], s[key]["p99"]
+        rate, p99, cpu = s[key]["rate"], s[key]["p99"], s[key]["cpu"]
         lines.append(f"| {s[key]['label']} | " + " | ".join(_num(rate.get(level)) for level in levels) +
-                     f" | {_num(p99.get(64), 1)} | {_ratio(rate.get(1024), rate.get(64))} |")
-    lines += ["", "| server | ÷ OpenEnv @64 | ÷ OpenEnv @256 | ÷ FastAPI @64 | ÷ picows @64 | ÷ picows @256 |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-
-    def rate_of(key: str, level: int) -> float | None:
-        return s[key]["rate"].get(level) if key in s else None
-
-    for key in present:
-        lines.append(f"| {s[key]['label']} | {_ratio(rate_of(key, 64), rate_of('openenv', 64))} | "
-                     f"{_ratio(rate_of(key, 256), rate_of('openenv', 256))} | "
-                     f"{_ratio(rate_of(key, 64), rate_of('fastapi', 64))} | "
-                     f"{_ratio(rate_of(key, 64), rate_of('picows', 64))} | "
-                     f"{_ratio(rate_of(key, 256), rate_of('picows', 256))} |")
-    lines += ["", "| server | held open at once (≥95% ok, 60 s) | kB per open session | RSS after close ÷ idle | "
-              "threads idle / held | sessions opened+closed/s | load generator CPU (max) |",
+                     f" | {_num(p99.get(64), 1)} | {_ratio(rate.get(1024), rate.get(64))} | {_num(cpu.get(64), 1)} |")
+    lines += ["", "Ratios of steps/s, paired round by round:", "",
+              "| server | ÷ OpenEnv @64 | ÷ OpenEnv @256 | ÷ FastAPI @64 | ÷ FastAPI @256 | ÷ picows @64 | ÷ picows @256 |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key in present:
+        cells = [paired_ratio(s[key], s.get(other), level)
+                 for other, level in (("openenv", 64), ("openenv", 256), ("fastapi", 64), ("fastapi", 256),
+                                      ("picows", 64), ("picows", 256))]
+        lines.append(f"| {s[key]['label']} | " + " | ".join(cells) + " |")
+    lines += ["", "| server | held open at once (≥95% ok, 60 s) | kB per open session | RSS after close ÷ idle | "
+              "threads idle / held | sessions opened+closed/s | server CPU ms/session | load generator CPU (max) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key in present:
         memory, churn, ramp = s[key]["memory"] or {}, s[key]["churn"] or {}, s[key]["ramp"] or {}
         lines.append(f"| {s[key]['label']} | {_num(ramp.get('max_sessions_held'))} | "
                      f"{_num(memory.get('kb_per_session'), 1)} | {_num(memory.get('after_vs_idle'), 2)} | "
                      f"{memory.get('threads_idle', '-')} / {memory.get('threads_held', '-')} | "
-                     f"{_num(churn.get('sessions_per_s'))} | {s[key]['loadgen_max']:.0%} |")
+                     f"{_num(churn.get('sessions_per_s'))} | {_num(churn.get('server_cpu_ms_per_session'), 2)} | "
+                     f"{s[key]['loadgen_max']:.0%} |")
     if "startup" in report:
         up = report["startup"]
         lines += ["", f"Start-up (median wall time): `python -c pass` {up['python_bare_s']:.3f} s, "

@@ -86,6 +86,12 @@ class Server:
                 self.process.wait(15)
         self.process = None
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the server process has used so far, in seconds."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def status(self, field_name: str) -> int:
         """A number from /proc/PID/status: VmRSS (kB) or Threads."""
         assert self.process is not None
@@ -169,6 +175,19 @@ def steps_for(sessions: int, total: int) -> int:
     return max(10, min(2000, total // sessions))
 
 
+def measured_load(server: Server, sessions: int, steps: int) -> dict[str, Any]:
+    """One `envkit bench` load, plus the server's CPU time per step from the first step to the last close."""
+    began: list[float] = []
+
+    async def mark() -> None:
+        began.append(server.cpu_s())
+
+    result = run_sync(run_load(server.url, sessions, steps, timeout_s=180, on_open=mark)).to_dict()
+    cpu = server.cpu_s() - began[0] if began else 0.0
+    result["server_cpu_us_per_step"] = round(cpu / result["steps"] * 1e6, 1) if result["steps"] else None
+    return result
+
+
 def load_matrix(servers: list[Server], levels: list[int], rounds: int, total: int) -> dict[str, dict[int, list]]:
     """Every level on every server, interleaved: round by round, level by level, servers rotated."""
     runs: dict[str, dict[int, list]] = {server.key: {level: [] for level in levels} for server in servers}
@@ -178,11 +197,12 @@ def load_matrix(servers: list[Server], levels: list[int], rounds: int, total: in
         for level in levels:
             order = servers[round_index % len(servers):] + servers[:round_index % len(servers)]
             for server in order:
-                result = run_sync(run_load(server.url, level, steps_for(level, total), timeout_s=180))
-                runs[server.key][level].append(result.to_dict())
+                run = measured_load(server, level, steps_for(level, total))
+                runs[server.key][level].append(run)
                 print(f"  round {round_index + 1} {server.label:>16} {level:>5} sessions: "
-                      f"{result.steps_per_s:>9,.0f} steps/s  p99 {result.step_latency_ms['p99']} ms  "
-                      f"ok {result.sessions_ok}/{level}  loadgen {result.loadgen_cpu:.0%}", flush=True)
+                      f"{run['steps_per_s']:>9,.0f} steps/s  p99 {run['step_latency_ms']['p99']} ms  "
+                      f"server {run['server_cpu_us_per_step']} us/step  ok {run['sessions_ok']}/{level}  "
+                      f"loadgen {run['loadgen_cpu']:.0%}", flush=True)
     return runs
 
 
@@ -212,10 +232,13 @@ def per_server_checks(server: Server, hold: int, churn_s: float, ramp_budget: fl
     try:
         memory = run_sync(memory_held(server, hold))
         print(f"  {server.label:>16} memory: {memory}", flush=True)
+        cpu_before = server.cpu_s()
         churn = run_sync(run_churn(server.url, churn_s, workers=16)).to_dict()
+        churn["server_cpu_ms_per_session"] = round((server.cpu_s() - cpu_before) / max(churn["sessions"], 1) * 1e3, 3)
         print(f"  {server.label:>16} churn: {churn['sessions_per_s']:,.0f} sessions/s", flush=True)
-        ramp = run_sync(run_ramp(server.url, budget_s=ramp_budget, steps=3)).to_dict()
-        print(f"  {server.label:>16} ramp: {ramp['max_sessions_held']} held ({ramp['stopped_because']})", flush=True)
+        ramp = run_sync(run_ramp(server.url, budget_s=ramp_budget, steps=3)).to_dict() if ramp_budget else None
+        if ramp is not None:
+            print(f"  {server.label:>16} ramp: {ramp['max_sessions_held']} held ({ramp['stopped_because']})", flush=True)
     finally:
         server.stop()
     return {"memory": memory, "churn": churn, "ramp": ramp}
@@ -236,7 +259,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,16,64,256,1024", help="session counts, comma-separated")
     parser.add_argument("--openenv-python", help="python of an existing venv with openenv 0.10.0 installed")
     parser.add_argument("--only", help="comma-separated server keys (envkit,openenv,fastapi,picows)")
-    parser.add_argument("--ramp-budget", type=float, default=60.0, help="seconds per server for the ramp")
+    parser.add_argument("--ramp-budget", type=float, default=60.0, help="seconds per server for the ramp (0: no ramp)")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="where results are written")
     args = parser.parse_args()
     rounds, total, hold, churn_s = (1, 6000, 1024, 3.0) if args.quick else (args.rounds, 30000, 2048, 5.0)

@@ -9,6 +9,8 @@ import typing
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
@@ -17,7 +19,7 @@ from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "run_server", "DEFAULT_MAX_MESSAGE_BYTES"]
+__all__ = ["create_app", "run_server", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES"]
 
 logger = logging.getLogger("envkit.server")
 
@@ -80,11 +82,32 @@ def create_app(
         await pool.shutdown()
 
     name = env_name or env_class.__name__
-    app = FastAPI(title=f"{name} (envkit)", lifespan=lifespan)
+    app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
+    app.session_handler = handler
     app.state.envkit_pool = pool
     app.include_router(build_router(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}))
     app.add_api_websocket_route("/ws", handler)
     return app
+
+
+class EnvkitApp(FastAPI):
+    """FastAPI, with connections to `/ws` handed straight to the session handler.
+
+    For a WebSocket session, FastAPI's middleware, routing and dependency layers do nothing but
+    cost memory (their suspended calls live as long as the session, ~8 kB each) and a call per
+    message. They are skipped unless middleware was added to the app; then `/ws` takes the
+    ordinary route, which serves it the same way.
+    """
+
+    session_handler: SessionHandler | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None
+                and not self.user_middleware and not self.root_path and not scope.get("root_path")):
+            scope["app"] = self
+            await self.session_handler(WebSocket(scope, receive, send))
+            return
+        await super().__call__(scope, receive, send)
 
 
 def _environment_class(env: Any) -> type[Environment]:

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable
 
 from .environment import Action, Environment, Observation
+from .memory import release_memory
 from .protocol import CloseCode
 from .tools import ToolSpec
 
@@ -91,7 +92,15 @@ class Session:
 
 
 class SessionPool:
-    """Counts sessions against a limit, reaps idle ones and closes all of them at shutdown."""
+    """Counts sessions against a limit, reaps idle ones and closes all of them at shutdown.
+
+    When the last session of a burst closes and no other opens for `RECLAIM_AFTER_S`, the
+    memory the burst used is given back to the OS (`release_memory`).
+    """
+
+    RECLAIM_AFTER_S = 1.0
+    #: Sessions that must have closed since the last reclaim before another is worth its pause (tens of ms).
+    RECLAIM_MIN_CLOSED = 64
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None) -> None:
         self.max_sessions = max_sessions
@@ -101,6 +110,8 @@ class SessionPool:
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
         self._reaper: asyncio.Task[None] | None = None
+        self._closed_since_reclaim = 0
+        self._reclaim: asyncio.TimerHandle | None = None
         self.shutting_down = False
 
     @property
@@ -118,6 +129,15 @@ class SessionPool:
     def release(self) -> None:
         """Give back a slot taken by `try_reserve`."""
         self._reserved -= 1
+        self._closed_since_reclaim += 1
+        if self._reserved == 0 and self._closed_since_reclaim >= self.RECLAIM_MIN_CLOSED and self._reclaim is None:
+            self._reclaim = asyncio.get_running_loop().call_later(self.RECLAIM_AFTER_S, self._reclaim_if_idle)
+
+    def _reclaim_if_idle(self) -> None:
+        self._reclaim = None
+        if self._reserved == 0 and not self.shutting_down:
+            self._closed_since_reclaim = 0
+            release_memory()
 
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
@@ -147,6 +167,9 @@ class SessionPool:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
+        if self._reclaim is not None:
+            self._reclaim.cancel()
+            self._reclaim = None
         sessions = list(self._sessions.values())
         await asyncio.gather(*(s.end(CloseCode.SHUTDOWN, "server shutting down") for s in sessions))
         self._executor.shutdown(wait=False, cancel_futures=True)
