@@ -199,3 +199,18 @@ def test_cli_says_when_nothing_answers() -> None:
     done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
     assert done.returncode == 1
     assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
+
+
+def test_replies_are_judged_by_their_type_whatever_the_key_order() -> None:
+    tally = Tally()
+    script = SessionScript(tally, ActionTemplate(), "run", 1, 2)
+    assert script.on_reply(b'{"data": {"observation": {}}, "type": "observation"}') is None and script.ready
+    frame = script.step_frame()
+    token = json.loads(frame)["data"]["message"]
+    reply = json.dumps({"data": {"observation": {"echoed_message": token}}, "type": "observation"}).encode()
+    assert script.on_reply(reply) is not None
+    assert script.on_reply(b'{"type": "error", "data": "not an object"}') is None
+    assert (tally.steps, tally.mismatches, dict(tally.failures)) == (1, 0, {"error frame: no code": 1})
+    other = SessionScript(tally, ActionTemplate(), "run", 2, 1)
+    other.on_reply(b"not json")
+    assert tally.failures["reply is not a protocol frame"] == 1

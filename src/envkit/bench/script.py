@@ -23,6 +23,8 @@ __all__ = ["TOKEN", "ActionTemplate", "SessionScript", "Tally"]
 #: Placeholder in an action that the session's token replaces.
 TOKEN = "{token}"
 RESET_FRAME = b'{"type":"reset","data":{}}'
+#: How envkit and OpenEnv servers begin an observation frame; other replies are parsed to be sure.
+OBSERVATION_START = b'{"type":"observation"'
 
 
 class ActionTemplate:
@@ -70,12 +72,13 @@ class SessionScript:
     when it has ended (`outcome` is then "ok" or the reason it failed).
     """
 
-    __slots__ = ("tally", "template", "prefix", "remaining", "started", "sent_at", "token", "ready", "outcome",
-                 "mismatched")
+    __slots__ = ("tally", "template", "checks_echo", "prefix", "remaining", "started", "sent_at", "token", "ready",
+                 "outcome", "mismatched")
 
     def __init__(self, tally: Tally, template: ActionTemplate, run_id: str, index: int, steps: int) -> None:
         self.tally = tally
         self.template = template
+        self.checks_echo = template.checks_echo
         self.prefix = f"{run_id}-{index:06d}-".encode()
         self.remaining = steps
         self.started = 0.0
@@ -101,13 +104,10 @@ class SessionScript:
         now = time.perf_counter()
         if self.outcome is not None:
             return None
-        try:
-            frame = orjson.loads(raw)
-            kind = frame["type"]
-        except (orjson.JSONDecodeError, TypeError, KeyError):
-            return self.fail("reply is not a protocol frame")
-        if kind != "observation":
-            return self.fail(_describe_reply(kind, frame))
+        if not raw.startswith(OBSERVATION_START):
+            problem = _problem_with(raw)
+            if problem:
+                return self.fail(problem)
         tally = self.tally
         if not self.ready:
             tally.connect_latencies.append(now - self.started)
@@ -115,7 +115,7 @@ class SessionScript:
             return None if self.remaining else self.end()
         tally.step_latencies.append(now - self.sent_at)
         tally.steps += 1
-        if self.template.checks_echo and self.token not in raw:
+        if self.checks_echo and self.token not in raw:
             tally.mismatches += 1
             self.mismatched = True
         self.remaining -= 1
@@ -142,8 +142,16 @@ class SessionScript:
             self.fail(f"closed by server: {code} {reason}".rstrip() if code else "connection dropped")
 
 
-def _describe_reply(kind: Any, frame: dict[str, Any]) -> str:
+def _problem_with(raw: bytes) -> str:
+    """Why a reply is not an observation frame ("" when it is one after all)."""
+    try:
+        frame = orjson.loads(raw)
+        kind = frame["type"]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return "reply is not a protocol frame"
+    if kind == "observation":
+        return ""
     if kind == "error":
         data = frame.get("data") or {}
-        return f"error frame: {data.get('code', 'no code')}"
+        return f"error frame: {data.get('code', 'no code') if isinstance(data, dict) else 'no code'}"
     return f"unexpected reply type: {kind}"
