@@ -99,3 +99,15 @@ async def test_memory_is_released_once_a_burst_of_sessions_has_closed() -> None:
 
 async def test_a_few_sessions_closing_do_not_pause_the_server_to_collect() -> None:
     assert not await _collected_after_burst(SessionPool.RECLAIM_MIN_CLOSED - 1)
+
+
+async def test_envkit_serve_declines_compression_offered_by_openenv_style_clients() -> None:
+    from websockets.asyncio.client import connect
+
+    from envkit.testing import ServedProcess
+
+    with ServedProcess("echo") as served:
+        async with connect(served.url.replace("http://", "ws://") + "/ws", compression="deflate") as ws:
+            assert ws.protocol.extensions == []
+            await ws.send('{"type": "reset"}')
+            assert '"observation"' in await ws.recv()
