@@ -91,18 +91,10 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
       envkit train --config train.yaml --max-steps 100
     """
-    from ..train.settings import TrainSettings, load_config
+    from ..train.settings import settings_from
 
     try:
-        values = load_config(config_path) if config_path else {}
-        given = {name: value for name, value in flags.items() if value not in (None, ())}
-        for name in ("env", "env_url", "reward"):
-            if name in given:
-                given[name] = list(given[name])
-        values.update(given)
-        if "env_url" in values and "env" not in values:
-            values["env"] = []
-        settings = TrainSettings(**values).resolved()
+        settings = settings_from(config_path, flags)
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
 

@@ -43,6 +43,16 @@ logger = logging.getLogger("envkit.train")
 NOT_FOR_ENV = frozenset({"prompt", "environment"})
 
 
+class _ServerDefault:
+    """The default of an optional tool argument: left out of the call, so the environment applies its own."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+SERVER_DEFAULT = _ServerDefault()
+
+
 @dataclass
 class Episode:
     """One episode as the trainer saw it; reward functions read it from `environments[i].episode`.
@@ -51,7 +61,8 @@ class Episode:
         env: name of the environment.
         row: the keyword arguments sent to the environment's `reset`.
         reward: sum of the rewards the environment returned.
-        components: sums of the environment's documented reward components seen in observations.
+        components: the reward components of the latest observation that reported some (its
+            `reward_components` field, e.g. Wordle's win, partial, invalid_moves).
         tool_calls, tool_errors: calls made, and calls the environment refused (bad arguments, errors).
         done: the environment ended the episode.
         lost: why the session was lost mid-episode, or None. A lost episode is unscorable.
@@ -116,6 +127,7 @@ class ServedEnvironment:
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)
         episode.texts.append(text)
+        self._add_components(result.observation)
         if result.done:
             self._finish()
         return _separated(row.get("prompt"), text)
@@ -182,16 +194,12 @@ class ServedEnvironment:
         return result.text
 
     def _add_components(self, observation: Any) -> None:
-        if not self.component_names or not isinstance(observation, dict):
-            return
-        sources = (observation, observation.get("metadata") or {})
-        assert self.episode is not None
-        for name in self.component_names:
-            for source in sources:
-                value = source.get(name) if isinstance(source, dict) else None
-                if isinstance(value, (int, float)):
-                    self.episode.components[name] = self.episode.components.get(name, 0.0) + float(value)
-                    break
+        """Keep the latest `reward_components` the environment reported (its standing in the game so far)."""
+        reported = observation.get("reward_components") if isinstance(observation, dict) else None
+        if isinstance(reported, dict):
+            assert self.episode is not None
+            self.episode.components = {name: float(value) for name, value in reported.items()
+                                       if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
     def _finish(self) -> None:
         assert self.episode is not None
@@ -260,7 +268,7 @@ def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
         check_name(argument, f"{where}, argument")
         annotations[argument] = type_hint(schema, f"{where}, argument {argument!r}")
         descriptions[argument] = schema.get("description", "")
-        default = inspect.Parameter.empty if argument in required else None
+        default = inspect.Parameter.empty if argument in required else SERVER_DEFAULT
         signature_parameters.append(inspect.Parameter(argument, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                       default=default, annotation=annotations[argument]))
     annotations["return"] = str
@@ -269,7 +277,8 @@ def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
 
     def method(self: ServedEnvironment, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
-        arguments = {key: value for key, value in bound.arguments.items() if key != "self"}
+        arguments = {key: value for key, value in bound.arguments.items()
+                     if key != "self" and value is not SERVER_DEFAULT}
         return self._call(name, arguments)
 
     method.__name__ = method.__qualname__ = name
@@ -281,24 +290,24 @@ def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
 
 def _class_name(env_name: str) -> str:
     words = [word for word in re.split(r"[^0-9a-zA-Z]+", env_name) if word]
-    name = "".join(word[:1].upper() + word[1:] for word in words) or "Served"
+    name = "".join(word[:1].upper() + word[1:] for word in words)
+    name = re.sub(r"(Environment|Env)$", "", name) or "Served"
     return (name if name[0].isalpha() else "Env" + name) + "Env"
 
 
-def bind(url: str, *, name: str | None = None, tally: Tally | None = None, components: Sequence[str] | None = None,
-         reconnect_timeout: float = 0.0, client_options: dict[str, Any] | None = None) -> type[ServedEnvironment]:
+def bind(url: str, *, name: str | None = None, tally: Tally | None = None, reconnect_timeout: float = 0.0,
+         client_options: dict[str, Any] | None = None) -> type[ServedEnvironment]:
     """The TRL environment class for the environment served at `url`.
 
     Reads `/metadata` and `/tools`, builds one method per tool, and checks that each method's
     schema (as TRL builds it) equals the listing. Raises `BindingError` naming the tool otherwise,
-    and `EnvConnectionError` when the server cannot be reached.
+    and `EnvConnectionError` when the server cannot be reached. One probe episode (a plain reset)
+    tells which reward components the environment reports.
 
     Args:
         url: the server, `http://host:port` or `ws://host:port`.
         name: the environment's name in this run (default: the name the server gives in `/metadata`).
         tally: run-wide counters to add to (a fresh one by default), shared by several classes.
-        components: reward component names to collect from observations (default: those the
-            environment's `/metadata` lists under `reward_components`).
         reconnect_timeout: seconds `reset` keeps retrying a server that cannot be reached (it may be
             restarting) before raising `EnvConnectionError`; 0 fails at once.
         client_options: keyword arguments for each episode's `EnvClient` (timeouts, headers).
@@ -315,7 +324,7 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, compo
         "__module__": __name__,
         "env_name": env_name,
         "url": url,
-        "component_names": tuple(components if components is not None else reward_components(metadata)),
+        "component_names": tuple(_reported_components(url, client_options or {})),
         "tally": tally if tally is not None else Tally(),
         "reconnect_timeout": reconnect_timeout,
         "_client_options": dict(client_options or {}),
@@ -338,10 +347,12 @@ def tool_names(cls: type[ServedEnvironment]) -> list[str]:
                   and name != "reset")
 
 
-def reward_components(metadata: Mapping[str, Any]) -> list[str]:
-    """The reward component names an environment documents in `/metadata` (`reward_components`)."""
-    declared = metadata.get("reward_components") or []
-    return list(declared) if isinstance(declared, (list, tuple, dict)) else []
+def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
+    """Names of the reward components a fresh episode reports (`reward_components` in its observation)."""
+    with EnvClient(url, **client_options).sync() as probe:
+        observation = probe.reset().observation
+    reported = observation.get("reward_components") if isinstance(observation, dict) else None
+    return sorted(reported) if isinstance(reported, dict) else []
 
 
 def environment_factory(urls: str | Sequence[str] | Mapping[str, str], *, tally: Tally | None = None,

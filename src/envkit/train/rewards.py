@@ -1,7 +1,7 @@
 """Reward functions for TRL, chosen by name with `--reward` (repeatable).
 
     --reward env                 the environment's own reward, summed over the episode (the default)
-    --reward win                 a reward component the environment documents (`reward_components` in /metadata)
+    --reward win                 a reward component the environment reports (`reward_components` in its observations)
     --reward wordle.win          the same, for one environment of several
     --reward my_rewards:brevity  a function of yours, called as TRL calls reward functions
     --reward invalid=-0.5        any of the above with a weight (GRPOConfig.reward_weights)
@@ -9,8 +9,9 @@
 Each environment gets its own function (`echo_reward`, `wordle_win`, ...), which scores that
 environment's rows and returns None for the others, so TRL logs a reward per environment.
 
-A component's value in an episode is the sum of the values the environment reported for it, in
-each observation's fields or its `metadata`; an episode that never reported it scores 0.
+A component's value in an episode is the latest value the environment reported for it in an
+observation's `reward_components` mapping (Wordle reports win, speed, greens, yellows, partial and
+invalid_moves after every move); an episode that never reported it scores 0.
 
 Lost episodes (the session dropped mid-game) are unscorable: every function returns None for
 them, your own included, so TRL leaves them out of the group baseline and gives them no
@@ -100,8 +101,8 @@ def _envs_for(choice: RewardChoice, classes: Mapping[str, type[ServedEnvironment
     if not documented:
         offered = {env: list(classes[env].component_names) for env in envs}
         listing = "; ".join(f"{env}: {', '.join(names) or 'none'}" for env, names in offered.items())
-        raise ConfigurationError(f"--reward {choice.name}: no environment documents a reward component of that name "
-                                 f"(documented components — {listing}); use --reward env for the environment's "
+        raise ConfigurationError(f"--reward {choice.name}: no environment reports a reward component of that name "
+                                 f"(reported components — {listing}); use --reward env for the environment's "
                                  "own reward")
     return documented
 

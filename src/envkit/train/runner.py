@@ -59,7 +59,6 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with ExitStack() as stack:
         urls = _environment_urls(settings, stack, say)
         prepared = prepare(settings, urls, say, show_steps=show_steps)
@@ -84,8 +83,6 @@ def _server_name(url: str) -> str:
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
             show_steps: bool = True) -> Run:
     """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
-    import torch
-
     classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
     for name, cls in classes.items():
         tools = ", ".join(tool_names(cls))
@@ -96,6 +93,8 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     rows = (file_rows(settings.dataset, prompts) if settings.dataset
             else env_rows(prompts, settings.num_episodes, settings.seed))
     functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes)
+    import torch
+
     on_gpu = torch.cuda.is_available()
     model, tokenizer, notes = _model(settings, classes, rows, on_gpu, say)
     tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
@@ -110,6 +109,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
 
     from .report import RunReport
 
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16; known
     factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
     with _quiet_unscorable_warning():
         trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=Dataset.from_list(rows),
@@ -192,7 +192,7 @@ def _quiet_unscorable_warning() -> Iterator[None]:
     trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
 
     def keep(record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("All reward functions returned None")
+        return "All reward functions returned None" not in str(record.msg)
 
     trl_logger.addFilter(keep)
     try:

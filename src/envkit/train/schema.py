@@ -54,7 +54,7 @@ def _hint(schema: dict[str, Any], where: str) -> Any:
     if kind == "array":
         if "prefixItems" in schema:
             return tuple[tuple(type_hint(item, where) for item in schema["prefixItems"])]
-        return list[type_hint(schema["items"], where)] if "items" in schema else list
+        return list[type_hint(schema.get("items", {}), where)]
     if kind == "object":
         if "additionalProperties" in schema:
             return dict[str, type_hint(schema["additionalProperties"], where)]
@@ -86,9 +86,10 @@ def check_name(name: str, where: str) -> None:
 
 
 def _normalised(schema: Any) -> Any:
-    """Order-insensitive parts made comparable: lists of JSON types and `required` are sets in meaning."""
+    """Parts that mean the same made equal: lists of JSON types and `required` are sets in meaning, and
+    `"items": {}` (a list of anything) is what a bare `"type": "array"` means."""
     if isinstance(schema, dict):
-        out = {key: _normalised(value) for key, value in schema.items()}
+        out = {key: _normalised(value) for key, value in schema.items() if not (key == "items" and value == {})}
         for key in ("type", "required"):
             if isinstance(out.get(key), list):
                 out[key] = sorted(out[key])

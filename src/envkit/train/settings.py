@@ -12,7 +12,7 @@ A config file uses the same names as the flags (`max_steps` or `max-steps`), plu
     vllm_mode: colocate
     num_generations: 16
     grpo:
-      warmup_ratio: 0.05
+      lr_scheduler_type: constant
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TrainSettings", "load_config", "TINY"]
+__all__ = ["TrainSettings", "load_config", "settings_from", "TINY"]
 
 TINY = "tiny"
 VLLM_MODES = ("none", "colocate", "server")
@@ -224,3 +224,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
             raise ConfigurationError(f"--config {path}: {key} must be a mapping")
         values[name] = _coerced(name, value, f"--config {path}")
     return values
+
+
+def settings_from(config_path: str | Path | None, flags: dict[str, Any]) -> TrainSettings:
+    """Defaults, then the config file, then the flags given (None and empty tuples mean "not given"); resolved."""
+    values = load_config(config_path) if config_path else {}
+    given = {name: list(value) if isinstance(value, tuple) else value for name, value in flags.items()
+             if value is not None and value != ()}
+    values.update(given)
+    if values.get("env_url") and "env" not in values:
+        values["env"] = []  # names come from the servers
+    return TrainSettings(**values).resolved()
