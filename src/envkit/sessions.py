@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Awaitable, Callable
 
+from pydantic import BaseModel
+
 from .environment import Action, Environment, Observation
 from .memory import release_memory
 from .protocol import CloseCode
@@ -52,7 +54,7 @@ class Session:
             result = function(*args, **kwargs)
         else:
             result = await self.pool.run_in_worker(partial(function, *args, **kwargs))
-        if inspect.isawaitable(result):
+        if not isinstance(result, BaseModel) and inspect.isawaitable(result):  # a model: skip the slower ABC check
             result = await result
         return result
 
