@@ -24,3 +24,10 @@ def test_readme_example_environment_serves_and_plays() -> None:
         result = env.call("guess", number=10)
         assert (result.text, result.reward, result.done) == ("Correct!", 1.0, True)
         assert [tool["function"]["name"] for tool in env.tools()] == ["guess"]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    commands = re.findall(r"```bash\n(python3 -m venv .*?)\n```", README.read_text())
+    test_command = next(command for command in commands if "pytest" in command)
+    ci_script = (README.parent / ".ci" / "run").read_text()
+    assert test_command in ci_script.splitlines()
