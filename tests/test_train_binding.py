@@ -11,21 +11,30 @@ import socket
 import threading
 import time
 import typing
-from typing import Any, Iterator, Literal, Optional
+from collections.abc import Iterator
+from typing import Any, Literal, Optional
 
 import httpx
 import pytest
 from pydantic import Field
+from sample_envs import CounterAction, CounterEnvironment, CounterObservation
 from transformers.utils import get_json_schema
 
-from envkit import Action, Environment, EnvClient, Observation, State, create_app, tool, tool_specs
+from envkit import (
+    Action,
+    EnvClient,
+    Environment,
+    Observation,
+    State,
+    create_app,
+    tool,
+    tool_specs,
+)
 from envkit.errors import EnvConnectionError
 from envkit.serving import bundled_envs, resolve_target
 from envkit.testing import ServedProcess, running_server
 from envkit.train import BindingError, Tally, bind, environment_factory
 from envkit.train.schema import check_tool_schema, docstring, type_hint
-
-from sample_envs import CounterAction, CounterEnvironment, CounterObservation
 
 
 class BoardAction(Action):
@@ -182,7 +191,8 @@ def test_rich_argument_types_round_trip_and_reach_the_environment(board_url: str
         assert get_json_schema(getattr(environment, tool_name)) == expected
     hints = typing.get_type_hints(cls.place)
     assert hints["piece"] == Literal["x", "o"] and hints["cells"] == list[int] and hints["note"] == Optional[str]
-    assert str(inspect.signature(cls.weigh)) == "(self, weights: dict[str, float], scale: Union[int, float] = <default>) -> str"
+    assert str(inspect.signature(cls.weigh)) == \
+        "(self, weights: dict[str, float], scale: Union[int, float] = <default>) -> str"
     environment.reset()
     assert environment.place("o", [0, 1], note="opening") == "oo....... (opening)"
     assert environment.place(piece="x", cells=[2]) == "oox......"

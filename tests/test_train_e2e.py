@@ -61,6 +61,12 @@ def test_grpo_steps_against_a_served_echo(tmp_path: Path) -> None:
         prepared = prepare(settings, {"echo": url}, say=lambda message: None, show_steps=False)
         summary = train(prepared)
         assert settled_sessions(url) == 0
+        # the saved model trains again as any local model does: loaded by TRL from its folder
+        again = TrainSettings(env=["echo"], env_url=[url], model=str(tmp_path / "out" / "model"), max_steps=1,
+                              max_completion_length=128, enable_thinking=False, output_dir=str(tmp_path / "again"),
+                              save_model=False).resolved()
+        assert train(prepare(again, {"echo": url}, say=lambda message: None, show_steps=False)).steps == 1
+        assert settled_sessions(url) == 0
 
     rows = rows_of(tmp_path / "out" / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2, 3] and summary.steps == 3
@@ -133,7 +139,7 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
         second.kill()
 
     summary = stopped.value.summary
-    assert summary.steps == 3 and summary.lost >= 2  # the third step ends with its episodes lost; the fourth cannot start
+    assert summary.steps == 3 and summary.lost >= 2  # the third step ends with episodes lost; the fourth cannot start
     assert "NOT_RESET" not in tally.error_codes  # no call ever reached a session that had not been reset
     rows = rows_of(tmp_path / "out" / "metrics.jsonl")
     assert rows[0]["episodes_lost"] >= 1 and rows[-1]["episodes_lost"] <= tally.lost

@@ -41,7 +41,8 @@ def test_tiny_defaults_make_the_short_cpu_run() -> None:
 
 def test_config_file_then_flags(tmp_path: Path) -> None:
     config = write(tmp_path / "train.yaml", "model: ./my-model\nmax-steps: 50\nlearning_rate: 1e-5\nenv: wordle\n"
-                   "reward: [env, win=0.5]\nchat_template_kwargs: {enable_thinking: true}\ngrpo: {lr_scheduler_type: constant}\n")
+                   "reward: [env, win=0.5]\nchat_template_kwargs: {enable_thinking: true}\n"
+                   "grpo: {lr_scheduler_type: constant}\n")
     assert load_config(config)["learning_rate"] == 1e-5  # YAML reads 1e-5 as text; it is coerced
     settings = settings_from(config, {"max_steps": 7, "env": (), "reward": None, "seed": None})
     assert (settings.model, settings.max_steps, settings.learning_rate, settings.env) == ("./my-model", 7, 1e-5,
@@ -255,6 +256,13 @@ def test_cli_usage_errors(tmp_path: Path, args: list[str], message: str) -> None
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU; vLLM may run here")
+def test_cli_vllm_without_a_gpu(tmp_path: Path) -> None:
+    result = envkit_train("--vllm-mode", "colocate", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--vllm-mode colocate needs an NVIDIA GPU (vLLM has no CPU build)" in result.stderr
 
 
 def test_cli_unreachable_server(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields).")
 @click.option("--output-dir", default=None, help="Where the model, metrics and plot go. [default: envkit-train]")
 @click.option("--max-steps", type=int, default=None, help="Training steps. [default: 30 for tiny, else 200]")
-@click.option("--learning-rate", type=float, default=None, help="[default: 1e-3 for tiny, else 1e-6]")
+@click.option("--learning-rate", type=float, default=None, help="[default: 2e-3 for tiny, else 1e-6]")
 @click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 8]")
 @click.option("--batch-size", type=int, default=None,
               help="Episodes per device per step (a multiple of --num-generations). [default: 16 for tiny, else 8]")

@@ -70,8 +70,12 @@ class Summary:
         return "\n".join(lines)
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _number(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 class RunReport(TrainerCallback):
@@ -108,19 +112,20 @@ class RunReport(TrainerCallback):
             return
         now = time.perf_counter()
         row: dict[str, Any] = {"step": state.global_step}
-        row.update({column: logs[key] for key, column in self.columns.items() if key in logs})
+        # a value TRL could not compute (every episode of the step lost) is NaN, or None once logged: null here
+        row.update({column: _number(logs[key]) for key, column in self.columns.items() if key in logs})
         row.update(episodes_lost=self.tally.lost, step_seconds=round(now - self._last, 4),
                    env_seconds=round(self.tally.env_seconds - self._env_mark, 4))
         self._last, self._env_mark = now, self.tally.env_seconds
         self.rows.append(row)
         with self.metrics_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
-        line = (f"step {row['step']:>4}/{self.max_steps}  reward {row['reward']:8.3f}  "
-                f"tool calls/episode {row.get('tool_calls_per_episode', 0.0):5.2f}  lost {self.tally.lost}  "
+        line = (f"step {row['step']:>4}/{self.max_steps}  reward {_fmt(row['reward']):>8}  "
+                f"tool calls/episode {_fmt(row.get('tool_calls_per_episode'), 2):>5}  lost {self.tally.lost}  "
                 f"{row['step_seconds']:.2f}s")
         if self._bar is not None:
             self._bar.write(line, file=self.stream)
-            self._bar.set_postfix_str(f"reward {row['reward']:.3f}", refresh=False)
+            self._bar.set_postfix_str(f"reward {_fmt(row['reward'])}", refresh=False)
             self._bar.update(1)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -173,16 +178,18 @@ class RunReport(TrainerCallback):
 
         path = self.output_dir / "reward_curve.png"
         steps = [row["step"] for row in self.rows]
-        mean = [row["reward"] for row in self.rows]
-        std = [row.get("reward_std", 0.0) or 0.0 for row in self.rows]
+        mean = [math.nan if row["reward"] is None else row["reward"] for row in self.rows]
+        std = [row.get("reward_std") or 0.0 for row in self.rows]
         figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
         axes.plot(steps, mean, marker="o", label="reward (mean)")
-        axes.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                          alpha=0.2, label="± std")
+        axes.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
+                          [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2, label="± std")
         functions = [column for key, column in self.columns.items() if key.startswith("rewards/")]
         if len(functions) > 1:
             for name in functions:
-                axes.plot(steps, [row.get(name, math.nan) for row in self.rows], linestyle="--", label=name)
+                values = [row.get(name) for row in self.rows]
+                axes.plot(steps, [math.nan if value is None else value for value in values], linestyle="--",
+                          label=name)
         axes.set_xlabel("step")
         axes.set_ylabel("reward")
         axes.set_title("envkit train: reward per step")

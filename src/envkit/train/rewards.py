@@ -53,7 +53,8 @@ def parse_reward(text: str) -> RewardChoice:
         try:
             weight = float(raw)
         except ValueError:
-            raise ConfigurationError(f"--reward {text!r}: the weight after '=' must be a number, e.g. win=0.5") from None
+            raise ConfigurationError(f"--reward {text!r}: the weight after '=' must be a number, "
+                                     "e.g. win=0.5") from None
     if not spec:
         raise ConfigurationError(f"--reward {text!r}: name a reward (env, a component, or module:function)")
     if ":" in spec:

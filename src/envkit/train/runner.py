@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import EnvClient
-from ..errors import EnvConnectionError, EnvkitError, SessionLostError
+from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
 from .binding import ServedEnvironment, Tally, bind, tool_names
 from .data import env_rows, file_rows, task_prompt
 from .embedded import serve_envs
@@ -50,7 +50,6 @@ class Run:
     tally: Tally
     trainer: Any
     report: Any
-    notes: list[str]
 
 
 def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_steps: bool = True) -> Any:
@@ -83,6 +82,7 @@ def _server_name(url: str) -> str:
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
             show_steps: bool = True) -> Run:
     """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
+    _check_vllm(settings)
     classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
     for name, cls in classes.items():
         tools = ", ".join(tool_names(cls))
@@ -96,7 +96,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     import torch
 
     on_gpu = torch.cuda.is_available()
-    model, tokenizer, notes = _model(settings, classes, rows, on_gpu, say)
+    model, tokenizer = _model(settings, classes, rows, on_gpu, say)
     tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
     for cls in classes.values():
         cls.tally = tally
@@ -119,7 +119,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
                        show=show_steps)
     trainer.add_callback(report)
-    return Run(settings, classes, rows, tally, trainer, report, notes)
+    return Run(settings, classes, rows, tally, trainer, report)
 
 
 def train(prepared: Run) -> Any:
@@ -148,6 +148,21 @@ def train(prepared: Run) -> Any:
     return summary
 
 
+def _check_vllm(settings: TrainSettings) -> None:
+    """vLLM generates on NVIDIA GPUs only; say so before anything is built."""
+    if settings.vllm_mode == "none":
+        return
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigurationError(f"--vllm-mode {settings.vllm_mode} needs an NVIDIA GPU (vLLM has no CPU build); "
+                                 "leave it out to generate with transformers on CPU")
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigurationError(f"--vllm-mode {settings.vllm_mode} needs vLLM: pip install 'envkit[gpu]'")
+
+
 def _metadata(url: str) -> dict[str, Any]:
     return EnvClient(url).sync().metadata()
 
@@ -164,10 +179,10 @@ def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:
 
 
 def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]], rows: list[dict[str, Any]],
-           on_gpu: bool, say: Callable[[str], None]) -> tuple[Any, Any, list[str]]:
+           on_gpu: bool, say: Callable[[str], None]) -> tuple[Any, Any]:
     """The policy and its tokenizer: the tiny model built here, or a local path / Hub id for TRL to load."""
     if not settings.tiny:
-        return settings.model, None, []
+        return settings.model, None
     from .tiny import GPU_SPEC, TinyModelSpec, build_tiny_model, describe
 
     if not on_gpu:
@@ -178,11 +193,10 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
     save_to = Path(settings.output_dir) / "tiny-model" if settings.vllm_mode != "none" else None
     started = time.perf_counter()
     model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to)
-    note = describe(figures)
-    say(f"{note} ({time.perf_counter() - started:.1f}s)")
+    say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
     if save_to is not None:  # vLLM loads the policy from disk
-        return str(save_to), None, [note]
-    return model, tokenizer, [note]
+        return str(save_to), None
+    return model, tokenizer
 
 
 @contextmanager

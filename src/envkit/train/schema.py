@@ -115,11 +115,11 @@ def check_tool_schema(method: Any, listed: dict[str, Any]) -> None:
                            "check its type hints and docstring in the environment") from None
     for key in ("name", "description", "parameters"):
         if _normalised(built.get(key)) != _normalised(listed.get(key)):
-            raise BindingError(
-                f"tool {name!r}: the model would see {key} {built.get(key)!r} but the server lists {listed.get(key)!r}; "
-                + _hint_for_mismatch(listed))
+            raise BindingError(f"tool {name!r}: the model would see {key} {built.get(key)!r} but the server lists "
+                               f"{listed.get(key)!r}; " + _hint_for_mismatch(listed))
     if "return" in listed and _normalised(built.get("return")) != _normalised(listed["return"]):
-        raise BindingError(f"tool {name!r}: return {built.get('return')!r} differs from the listed {listed['return']!r}")
+        raise BindingError(f"tool {name!r}: return {built.get('return')!r} differs from the listed "
+                           f"{listed['return']!r}")
 
 
 def _hint_for_mismatch(listed: dict[str, Any]) -> str:

@@ -74,7 +74,7 @@ class TrainSettings:
         tiny = self.tiny
         defaults = {
             "max_steps": 30 if tiny else 200,
-            "learning_rate": 1e-3 if tiny else 1e-6,
+            "learning_rate": 2e-3 if tiny else 1e-6,
             "num_generations": 8,
             "batch_size": 16 if tiny else 8,
             "max_completion_length": 128 if tiny else 1024,

@@ -1,4 +1,4 @@
-"""`--model tiny`: a ~100K-parameter tool-calling model built on the spot, offline, in seconds.
+"""`--model tiny`: a tool-calling model of 100-200K parameters built on the spot, offline, in seconds.
 
 A random model never emits a well-formed tool call, so GRPO would have nothing to reward. The
 recipe, all local:
@@ -39,9 +39,14 @@ WORDS = ("hello world the quick brown fox jumps over a lazy dog red green blue s
 
 @dataclass
 class TinyModelSpec:
-    """Sizes of the tiny model and its warm-up. The defaults give about 100K parameters."""
+    """Sizes of the tiny model and its warm-up.
 
-    vocab_size: int = 640
+    The defaults give 100-200K parameters: the vocabulary is at most `vocab_size`, as many tokens as
+    the scripted conversations yield; a large one packs the recurring tool boilerplate into few
+    tokens, which keeps sequences, and so the warm-up and every GRPO step, short.
+    """
+
+    vocab_size: int = 2048
     hidden_size: int = 64
     intermediate_size: int = 128
     num_layers: int = 2
@@ -155,7 +160,8 @@ def _training_template(tokenizer: Any) -> str:
 
 
 def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
-                     spec: TinyModelSpec | None = None, save_to: Path | None = None) -> tuple[Any, Any, dict[str, float]]:
+                     spec: TinyModelSpec | None = None, save_to: Path | None = None
+                     ) -> tuple[Any, Any, dict[str, float]]:
     """Build, warm up and return `(model, tokenizer, figures)`; optionally save both to `save_to`.
 
     `rows` are dataset rows (with `prompt`, and `environment` when several environments are bound);
