@@ -20,7 +20,7 @@ import pytest
 from envkit import EnvClient
 from envkit.serving import app_from_environment, resolve_target
 from envkit.testing import ServedProcess, running_server
-from envkit.train.runner import TrainingStopped, prepare, train
+from envkit.train.runner import TrainingStopped, prepare, run, train
 from envkit.train.settings import TrainSettings
 
 
@@ -30,11 +30,14 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 #: Every batch's episode rewards, as the reward functions saw them (filled by `record`).
 SEEN: list[list[float | None]] = []
+#: Every batch's environments (filled by `record`).
+PLAYED: list[list[Any]] = []
 
 
 def record(environments: list[Any], **kwargs: Any) -> list[float]:
     """A zero-weight reward function that writes down the environment rewards the trainer scored."""
     SEEN.append([None if e.episode.lost else e.episode.reward for e in environments])
+    PLAYED.append([(e.env_name, dict(e.episode.row), list(e.episode.texts)) for e in environments])
     return [0.0] * len(environments)
 
 
@@ -101,6 +104,30 @@ def test_the_default_command_trains_and_reports(tmp_path: Path) -> None:
     assert len(rows_of(out / "metrics.jsonl")) == 2
 
 
+def test_two_environments_routed_per_row_from_a_dataset(tmp_path: Path) -> None:
+    PLAYED.clear()
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("\n".join(json.dumps(row) for row in [
+        {"environment": "wordle", "word": "crane"}, {"environment": "wordle", "word": "slate"},
+        {"environment": "catch", "ball_column": 0}, {"environment": "catch", "ball_column": 4}]) + "\n")
+    summary = run(TrainSettings(env=["wordle", "catch"], dataset=str(dataset), max_steps=2,
+                                output_dir=str(tmp_path / "out"), save_model=False,
+                                reward=["env", "wordle.partial=0.5", "test_train_e2e:record=0"]),
+                  say=lambda message: None, show_steps=False)
+    assert summary.steps == 2 and summary.episodes == 32
+    played = [episode for batch in PLAYED for episode in batch]
+    assert {name for name, _, _ in played} == {"wordle", "catch"}
+    for name, row, texts in played:  # each row reached its own environment's reset, and only its columns
+        if name == "wordle":
+            assert row in ({"word": "crane"}, {"word": "slate"}) and "You are Playing Wordle" in texts[0]
+        else:
+            assert row in ({"ball_column": 0}, {"ball_column": 4})
+            assert f"Ball (o): row 1 of 10, column {row['ball_column'] + 1} of 5" in texts[0]
+    rows = rows_of(tmp_path / "out" / "metrics.jsonl")
+    for column in ("wordle_reward", "catch_reward", "wordle_partial"):  # a reward per environment
+        assert any(row.get(column) is not None for row in rows), column
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -146,5 +173,5 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
     assert None in SEEN[0]  # the lost episodes of the first step were unscored
     assert None not in SEEN[1]  # the second step ran whole on the restarted server
     assert None in SEEN[2]
-    assert (tmp_path / "out" / "reward_curve.png").is_file()
+    assert (tmp_path / "out" / "reward_curve.png").is_file() and (tmp_path / "out" / "model" / "config.json").is_file()
     assert "stopped early: the environment server stopped answering" in summary.table()

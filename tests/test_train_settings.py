@@ -265,6 +265,13 @@ def test_cli_vllm_without_a_gpu(tmp_path: Path) -> None:
     assert "--vllm-mode colocate needs an NVIDIA GPU (vLLM has no CPU build)" in result.stderr
 
 
+def test_cli_dataset_columns_of_two_types(tmp_path: Path) -> None:
+    write(tmp_path / "rows.jsonl", '{"seed": 1}\n{"seed": "one"}\n')
+    result = envkit_train("--dataset", "rows.jsonl", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "the dataset's rows do not make a table" in result.stderr and "give each column one type" in result.stderr
+
+
 def test_cli_unreachable_server(tmp_path: Path) -> None:
     result = envkit_train("--env-url", "http://127.0.0.1:9", cwd=tmp_path)
     assert result.returncode == 1

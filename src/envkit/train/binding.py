@@ -98,10 +98,17 @@ class Tally:
 
 
 class ServedEnvironment:
-    """Base of the generated classes; one instance plays one episode at a time over its own session."""
+    """Base of the generated classes; one instance plays one episode at a time over its own session.
+
+    Class attributes (data, which TRL does not offer as tools): `env_name`, `url`, `metadata` (the
+    server's `/metadata`), `component_names` (the reward components the environment reports),
+    `tally` (run-wide counts) and `reconnect_timeout`. Instance attribute: `episode`, the current or
+    last `Episode`.
+    """
 
     env_name: ClassVar[str] = ""
     url: ClassVar[str] = ""
+    metadata: ClassVar[dict[str, Any]] = {}
     component_names: ClassVar[tuple[str, ...]] = ()
     tally: ClassVar[Tally]
     reconnect_timeout: ClassVar[float] = 0.0
@@ -324,6 +331,7 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
         "__module__": __name__,
         "env_name": env_name,
         "url": url,
+        "metadata": metadata,
         "component_names": tuple(_reported_components(url, client_options or {})),
         "tally": tally if tally is not None else Tally(),
         "reconnect_timeout": reconnect_timeout,

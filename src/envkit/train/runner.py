@@ -89,9 +89,10 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
         say(f"bound {name}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
                                               if cls.component_names else ""))
     _check_capacity(urls, settings.batch_size * settings.gradient_accumulation_steps)
-    prompts = {name: task_prompt(name, _metadata(url)) for name, url in urls.items()}
+    prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
     rows = (file_rows(settings.dataset, prompts) if settings.dataset
             else env_rows(prompts, settings.num_episodes, settings.seed))
+    dataset = _table(rows)
     functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes)
     import torch
 
@@ -103,7 +104,6 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     config = settings.grpo_config(on_gpu=on_gpu)
     config.reward_weights = weights
 
-    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOTrainer
 
@@ -112,7 +112,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16; known
     factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
     with _quiet_unscorable_warning():
-        trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=Dataset.from_list(rows),
+        trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=dataset,
                               processing_class=tokenizer, environment_factory=factory)
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
@@ -130,14 +130,14 @@ def train(prepared: Run) -> Any:
         with _quiet_unscorable_warning():
             trainer.train()
     except (EnvConnectionError, SessionLostError) as error:
-        stopped = (f"the environment server stopped answering ({error}); steps done so far are saved. Restart the "
-                   "server (or raise --reconnect-timeout to wait longer) and run again")
+        stopped = (f"the environment server stopped answering ({error}); the model and metrics of the steps done are "
+                   "saved. Restart the server (or raise --reconnect-timeout to wait longer) and run again")
     finally:
         for cls in prepared.classes.values():
             cls._close_all()
     output = Path(settings.output_dir)
     summary = prepared.report.finish(stopped)
-    if settings.save_model and stopped is None:
+    if settings.save_model:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
@@ -146,6 +146,18 @@ def train(prepared: Run) -> Any:
     if stopped is not None:
         raise TrainingStopped(stopped, summary)
     return summary
+
+
+def _table(rows: list[dict[str, Any]]) -> Any:
+    """The rows as a `datasets.Dataset`; a column some rows lack is None there (and not passed to `reset`)."""
+    from datasets import Dataset
+
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    try:
+        return Dataset.from_list([{column: row.get(column) for column in columns} for row in rows])
+    except (TypeError, ValueError) as error:  # pyarrow's errors derive from these
+        raise ConfigurationError(f"the dataset's rows do not make a table ({error}); give each column one type "
+                                 "in every row") from None
 
 
 def _check_vllm(settings: TrainSettings) -> None:
@@ -161,10 +173,6 @@ def _check_vllm(settings: TrainSettings) -> None:
                                  "leave it out to generate with transformers on CPU")
     if importlib.util.find_spec("vllm") is None:
         raise ConfigurationError(f"--vllm-mode {settings.vllm_mode} needs vLLM: pip install 'envkit[gpu]'")
-
-
-def _metadata(url: str) -> dict[str, Any]:
-    return EnvClient(url).sync().metadata()
 
 
 def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:
