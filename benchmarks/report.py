@@ -98,6 +98,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
         right.plot(levels, [summary["p99"][level] for level in levels], marker="o", label=summary["label"])
     for axis, title in ((left, "steps/s (higher is better)"), (right, "p99 step latency, ms (lower is better)")):
         axis.set_xscale("log", base=2)
+        axis.set_xticks(report["levels"], [str(level) for level in report["levels"]])
         axis.set_xlabel("concurrent sessions")
         axis.set_title(title)
         axis.grid(True, alpha=0.3)

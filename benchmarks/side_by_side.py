@@ -172,7 +172,8 @@ def measure_startup(envkit: Server) -> dict[str, float]:
 
 
 def steps_for(sessions: int, total: int) -> int:
-    return max(10, min(2000, total // sessions))
+    """Steps per session: about `total` in all, but at least 50 each so that opening and closing stay a small part."""
+    return max(50, min(2000, total // sessions))
 
 
 def measured_load(server: Server, sessions: int, steps: int) -> dict[str, Any]:
@@ -268,9 +269,12 @@ def main() -> None:
     (args.out / "logs").mkdir(exist_ok=True)
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {LOAD_CORE})
-    servers = build_servers(openenv_python(args.openenv_python), args.out / "logs")
-    if args.only:
-        servers = [server for server in servers if server.key in args.only.split(",")]
+    selected = args.only.split(",") if args.only else ["envkit", "openenv", "fastapi", "picows"]
+    unknown = set(selected) - {"envkit", "openenv", "fastapi", "picows"}
+    if unknown:
+        parser.error(f"unknown server(s) {', '.join(sorted(unknown))}; choose from envkit, openenv, fastapi, picows")
+    openenv = openenv_python(args.openenv_python) if "openenv" in selected else ""
+    servers = [server for server in build_servers(openenv, args.out / "logs") if server.key in selected]
     report: dict[str, Any] = {"machine": machine(), "levels": levels, "rounds": rounds, "servers": {}}
     if any(server.key == "envkit" for server in servers):
         report["startup"] = measure_startup(next(server for server in servers if server.key == "envkit"))
