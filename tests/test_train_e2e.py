@@ -175,3 +175,4 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
     assert None in SEEN[2]
     assert (tmp_path / "out" / "reward_curve.png").is_file() and (tmp_path / "out" / "model" / "config.json").is_file()
     assert "stopped early: the environment server stopped answering" in summary.table()
+    assert "lost because: connection dropped" in summary.table()

@@ -85,7 +85,12 @@ class Episode:
 
 @dataclass
 class Tally:
-    """Run-wide counts across every bound environment, for progress lines and the closing summary."""
+    """Run-wide counts across every bound environment, for progress lines and the closing summary.
+
+    `error_codes` counts the calls the environment refused, by wire code (`VALIDATION_ERROR` for
+    arguments it could not accept, `EXECUTION_ERROR` for a tool that raised); `lost_reasons` says
+    why each lost session ended.
+    """
 
     episodes: int = 0
     finished: int = 0
@@ -167,17 +172,17 @@ class ServedEnvironment:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _call(self, tool: str, arguments: dict[str, Any]) -> str:
-        episode = self.episode
-        if episode is None or self._client is None and not (episode.done or episode.lost):
-            raise ValueError("No episode is running; the trainer calls reset() first.")
-        if episode.lost:
+        """One tool call over this episode's session; every refusal is a ValueError, which TRL shows the model."""
+        episode, client = self.episode, self._client
+        if episode is not None and episode.lost:
             raise ValueError(f"Episode lost ({episode.lost}); it cannot continue.")
-        if episode.done:
+        if episode is not None and episode.done:
             raise ValueError("Game over.")
-        assert self._client is not None
+        if episode is None or client is None:
+            raise ValueError("No episode is running; the trainer calls reset() first.")
         started = time.perf_counter()
         try:
-            result = self._client.call(tool, **arguments)
+            result = client.call(tool, **arguments)
         except SessionLostError as error:
             self._lose(error)
             raise ValueError(f"Episode lost: {error.reason}. It ends here and is not replayed.") from None

@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 
 from ..errors import ConfigurationError
 from ..serving import app_from_environment, resolve_target
-from ..testing import running_server
+from ..server import running_server
 
 __all__ = ["serve_envs"]
 

@@ -50,6 +50,8 @@ class Summary:
     finished: int
     lost: int
     tool_calls: int
+    tool_errors: dict[str, int] = field(default_factory=dict)
+    lost_reasons: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
 
@@ -61,6 +63,11 @@ class Summary:
             lines.append(f"{key:28}{_fmt(self.start[key]):>10} → {_fmt(self.end.get(key)):>10}")
         lines.append(f"episodes: {self.episodes} played, {self.finished} finished by the environment, "
                      f"{self.lost} lost (session dropped mid-game; unscored)")
+        if self.lost_reasons:
+            lines.append(f"  lost because: {'; '.join(self.lost_reasons)}")
+        if self.tool_errors:
+            refused = ", ".join(f"{code} × {count}" for code, count in sorted(self.tool_errors.items()))
+            lines.append(f"tool calls: {self.tool_calls}, refused by the environment: {refused}")
         lines.append(f"time: {self.steps} steps in {self.seconds:.1f}s ({self.seconds_per_step:.2f} s/step, "
                      f"{self.env_share:.0%} of it waiting for the environment)")
         for name, path in self.files.items():
@@ -157,7 +164,8 @@ class RunReport(TrainerCallback):
             start={key: _mean(row.get(key) for row in self.rows[:window]) for key in keys},
             end={key: _mean(row.get(key) for row in self.rows[-window:]) for key in keys},
             episodes=self.tally.episodes, finished=self.tally.finished, lost=self.tally.lost,
-            tool_calls=self.tally.tool_calls, files=files, stopped=stopped)
+            tool_calls=self.tally.tool_calls, tool_errors=dict(self.tally.error_codes),
+            lost_reasons=sorted(set(self.tally.lost_reasons)), files=files, stopped=stopped)
 
     def _write_csv(self) -> Path:
         path = self.output_dir / "metrics.csv"
