@@ -33,7 +33,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
                    "with --env names in order.")
 @click.option("--model", default=None, metavar="MODEL",
-              help="'tiny' (a ~100K-parameter model built here, offline), a local path, or a Hub id. [default: tiny]")
+              help="'tiny' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a Hub "
+                   "id. [default: tiny]")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields).")
 @click.option("--output-dir", default=None, help="Where the model, metrics and plot go. [default: envkit-train]")
@@ -46,7 +47,7 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--max-completion-length", type=int, default=None,
               help="Token budget of a whole episode, tool results included. [default: 128 for tiny, else 1024]")
 @click.option("--max-tool-calling-iterations", type=int, default=None,
-              help="Tool calls per episode at most. [default: 3 for tiny, else 10]")
+              help="Model turns that call tools, per episode, at most. [default: 3 for tiny, else 10]")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature. [default: 1.0]")
 @click.option("--beta", type=float, default=None, help="KL coefficient (0: no reference model). [default: 0]")
 @click.option("--enable-thinking/--disable-thinking", default=None,

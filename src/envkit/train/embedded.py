@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 from ..errors import ConfigurationError
-from ..serving import app_from_environment, resolve_target
 from ..server import running_server
+from ..serving import app_from_environment, resolve_target
 
 __all__ = ["serve_envs"]
 
