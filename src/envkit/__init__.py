@@ -26,13 +26,14 @@ from .errors import (
 from .tools import ToolSpec, tool, tool_specs
 
 if TYPE_CHECKING:
-    from .app import create_app, run_server
+    from .app import create_app
+    from .server import run_server
     from .client import EnvClient, StepResult, SyncEnvClient, ToolResult
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "create_app": "app", "run_server": "app",
+    "create_app": "app", "run_server": "server",
     "EnvClient": "client", "StepResult": "client", "SyncEnvClient": "client", "ToolResult": "client",
 }
 

@@ -1,10 +1,8 @@
-"""`create_app`: serve an environment over WebSocket, and `run_server` to run it with uvicorn."""
+"""`create_app`: serve an environment over WebSocket as a FastAPI app."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import typing
 from typing import Any, AsyncIterator, Callable
 
@@ -19,9 +17,7 @@ from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "run_server", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES"]
-
-logger = logging.getLogger("envkit.server")
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 
@@ -125,43 +121,4 @@ def _environment_class(env: Any) -> type[Environment]:
         raise ConfigurationError("cannot tell which Environment class the factory builds; annotate its return type "
                                  "or pass env_class=... (the server checks it without building an environment)")
     raise ConfigurationError(f"env must be an Environment class or a factory, got {env!r}")
-
-
-def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
-               on_started: Callable[[int], None] | None = None, compression: bool = False) -> None:
-    """Serve `app` with uvicorn until SIGINT/SIGTERM; sessions are closed with 1001 before the server stops.
-
-    Uses uvloop and httptools when installed. `on_started` gets the bound port (useful with port 0).
-    `compression`: accept permessage-deflate when a client offers it (OpenEnv's client does). Off by
-    default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
-    """
-    import uvicorn
-
-    class GracefulServer(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            if on_started is not None and self.servers:
-                on_started(self.servers[0].sockets[0].getsockname()[1])
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            pool = getattr(app.state, "envkit_pool", None)
-            if pool is not None:
-                await pool.shutdown()
-            await super().shutdown(sockets)
-
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws="websockets-sansio",
-                            ws_max_size=max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4), timeout_graceful_shutdown=5,
-                            ws_per_message_deflate=compression, loop="auto", http="auto", lifespan="on")
-    GracefulServer(config).run()
-
-
-def env_int(name: str, default: int) -> int:
-    """An integer from the process environment, with a clear error when it is not one."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"environment variable {name}={raw!r} is not an integer") from None
 

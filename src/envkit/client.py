@@ -250,6 +250,13 @@ class EnvClient:
             assert ws is not None
             try:
                 await ws.send(orjson.dumps(frame).decode())
+            except ConnectionClosed as error:
+                # A server that refuses a session (OpenEnv at capacity) may send its error frame and close
+                # before our first frame arrives: read what is queued, and lose the session for what follows.
+                closed_early: ConnectionClosed | None = error
+            else:
+                closed_early = None
+            try:
                 raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
             except ConnectionClosed as error:
                 raise self._lose(error) from None
@@ -259,6 +266,8 @@ class EnvClient:
                 self._ws = None
                 asyncio.ensure_future(ws.close())
                 raise self._lost from None
+            if closed_early is not None:
+                self._lose(closed_early)
         reply = orjson.loads(raw)
         kind, data = reply.get("type"), reply.get("data") or {}
         if kind == "error":

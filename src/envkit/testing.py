@@ -4,8 +4,8 @@
     with running_server(app) as url:
         with EnvClient(url).sync() as env: ...
 
-`running_server` runs uvicorn in a thread of the test process; `ServedProcess` runs `envkit serve`
-in a subprocess (for tests that kill or signal the server).
+`running_server` (from `envkit.server`) runs uvicorn in a thread of the test process;
+`ServedProcess` runs `envkit serve` in a subprocess (for tests that kill or signal the server).
 """
 
 from __future__ import annotations
@@ -17,37 +17,13 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+
+from .server import running_server
 
 __all__ = ["running_server", "ServedProcess"]
 
 _ANNOUNCE = re.compile(r"serving .* on (http://[\d.]+:\d+)")
-
-
-@contextmanager
-def running_server(app: Any, *, startup_timeout: float = 20.0, **config: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 and a free port; yields `http://127.0.0.1:PORT`.
-
-    The server stops (sessions closed, lifespan shut down) when the block exits.
-    """
-    import uvicorn
-
-    settings = {"log_level": "warning", "ws": "websockets-sansio", "lifespan": "on", **config}
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, **settings))
-    thread = threading.Thread(target=server.run, name="envkit-test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
 
 
 class ServedProcess:

@@ -32,7 +32,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve ./my_env
       envkit serve my_package.env:MyEnvironment --session-timeout 60
     """
-    from ..app import run_server
+    from ..server import run_server
     from ..serving import app_from_environment, resolve_target
 
     settings = {}
