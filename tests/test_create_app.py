@@ -149,7 +149,7 @@ def test_tool_schema_shape_and_validation() -> None:
     spec = tool_specs(_env_with(move))["move"]
     assert spec.schema() == {"type": "function", "function": {
         "name": "move",
-        "description": "Move the paddle.\n\nSeveral lines of explanation.",
+        "description": "Move the paddle.\n\nSeveral lines of\nexplanation.",
         "parameters": {"type": "object", "properties": {
             "direction": {"type": "string", "enum": ["left", "right"], "description": "Which way to move."},
             "steps": {"type": "integer", "description": "How many columns, at most four."},
@@ -169,10 +169,14 @@ def test_tool_schema_equals_transformers_get_json_schema() -> None:
 
     def act(self, word: str, count: int, scale: float = 1.0, tags: list[str] | None = None,
             mode: Literal["a", "b"] = "a", flag: bool = False) -> str:
-        """Do an action.
+        """Do an action,
+        described over two lines.
+
+        And a second paragraph.
 
         Args:
-            word: A word.
+            word: A word,
+                described at length.
             count: A count.
             scale: A scale.
             tags: Some tags.

@@ -73,7 +73,7 @@ def parse_google_docstring(doc: str | None) -> DocString:
         elif section in ("returns", "return"):
             returns.append(line.strip())
     return DocString(
-        description="\n\n".join(" ".join(paragraph.split()) for paragraph in "\n".join(summary).strip().split("\n\n")),
+        description="\n".join(line.rstrip() for line in summary).strip(),
         args={name: " ".join(part for part in text if part) for name, text in args.items()},
         returns=" ".join(part for part in returns if part) or None,
     )
