@@ -12,7 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
-from .routes import build_router
+from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
@@ -78,10 +78,12 @@ def create_app(
         await pool.shutdown()
 
     name = env_name or env_class.__name__
+    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {})
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
     app.session_handler = handler
+    app.documents = documents
     app.state.envkit_pool = pool
-    app.include_router(build_router(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}))
+    app.include_router(build_router(documents))
     app.add_api_websocket_route("/ws", handler)
     return app
 
@@ -96,6 +98,8 @@ class EnvkitApp(FastAPI):
     """
 
     session_handler: SessionHandler | None = None
+    #: The documents of the HTTP routes; other transports (`picows_server`) serve the same ones.
+    documents: Documents | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None

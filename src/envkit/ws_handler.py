@@ -1,5 +1,9 @@
 """The WebSocket endpoint: one session per connection, frames answered in order.
 
+`SessionHandler` holds what every transport shares (refusals, building environments, answering
+frames); its `__call__` is the Starlette/uvicorn connection lifecycle, and `picows_server`
+drives the same parts from picows callbacks.
+
 Every bad frame is answered with an error frame and the session carries on; only capacity,
 a failing environment factory, idle reaping and shutdown end a session from the server side,
 each with a close code that says why.
@@ -10,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
@@ -34,7 +38,21 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["SessionHandler"]
+__all__ = ["SessionHandler", "Refusal", "wants_text"]
+
+
+class Refusal(NamedTuple):
+    """A connection accepted only to be refused: handshake header value, the one error frame, then the close."""
+
+    kind: str
+    frame: str
+    code: int
+    reason: str
+
+
+def wants_text(features: str) -> bool:
+    """Whether the client's `x-envkit-features` handshake header asks for `"text"` in observation frames."""
+    return "text" in features.replace(" ", "").split(",")
 
 
 def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
@@ -62,20 +80,17 @@ class SessionHandler:
         self.inline_factory = env_class.RUN_INLINE
 
     async def __call__(self, websocket: WebSocket) -> None:
+        """Serve one Starlette/uvicorn connection, from handshake to close."""
         pool = self.pool
         if not pool.try_reserve():
-            await self._refuse(websocket)
+            await _refuse(websocket, self.refusal())
             return
         session: Session | None = None
         try:
             try:
-                env = self.factory() if self.inline_factory else await pool.run_in_worker(self.factory)
+                env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
             except Exception as error:
-                logger.exception("environment factory failed")
-                await websocket.accept(headers=[(REFUSED_HEADER.encode(), b"factory")])
-                await websocket.send_text(error_frame(ErrorCode.FACTORY_ERROR,
-                                                      f"could not create the environment: {type(error).__name__}: {error}"))
-                await websocket.close(CloseCode.INTERNAL_ERROR, "environment factory failed")
+                await _refuse(websocket, self.factory_refusal(error))
                 return
 
             async def close_socket(code: int, reason: str) -> None:
@@ -84,45 +99,57 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            with_text = "text" in websocket.headers.get(FEATURES_HEADER, "").replace(" ", "").split(",")
-            await self._serve(websocket, session, with_text)
+            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""))
+            while session.ended is None:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                raw = message.get("text")
+                reply = await self.handle(session, raw if raw is not None else message.get("bytes") or b"",
+                                          with_text=with_text)
+                if reply is None or session.ended is not None:
+                    return
+                await websocket.send_text(reply)
         finally:
             if session is not None:
                 await session.end(CloseCode.NORMAL, "session closed")
             pool.release()
 
-    async def _refuse(self, websocket: WebSocket) -> None:
+    # -- transport-neutral parts, shared by every transport ----------------------------------
+
+    def build(self) -> Environment:
+        """A fresh environment for a new session (call on a worker unless `inline_factory`)."""
+        return self.factory()
+
+    def refusal(self) -> Refusal:
+        """Why a connection that found no free slot is refused: shutdown or capacity."""
         pool = self.pool
         if pool.shutting_down:
-            message, code, reason = "server is shutting down; connect to another server", CloseCode.SHUTDOWN, "server shutting down"
-            refusal = b"shutdown"
-        else:
-            refusal = b"capacity"
-            message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
-                       "retry later or start the server with a higher --max-concurrent-envs")
-            code, reason = CloseCode.CAPACITY, "server at capacity"
-        await websocket.accept(headers=[(REFUSED_HEADER.encode(), refusal)])
-        await websocket.send_text(error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
-                                              max_sessions=pool.max_sessions))
-        await websocket.close(code, reason)
+            return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED,
+                                                   "server is shutting down; connect to another server",
+                                                   active_sessions=pool.active, max_sessions=pool.max_sessions),
+                           CloseCode.SHUTDOWN, "server shutting down")
+        message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
+                   "retry later or start the server with a higher --max-concurrent-envs")
+        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                               max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
 
-    async def _serve(self, websocket: WebSocket, session: Session, with_text: bool) -> None:
-        while session.ended is None:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            raw = message.get("text")
-            if raw is None:
-                raw = message.get("bytes") or b""
-            session.busy = True
-            try:
-                reply = await self.answer(session, raw, with_text=with_text)
-            finally:
-                session.busy = False
-                session.last_active = time.monotonic()
-            if reply is None or session.ended is not None:
-                return
-            await websocket.send_text(reply)
+    @staticmethod
+    def factory_refusal(error: Exception) -> Refusal:
+        """The refusal of a connection whose environment could not be built (logs the traceback)."""
+        logger.error("environment factory failed", exc_info=error)
+        return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR,
+                                              f"could not create the environment: {type(error).__name__}: {error}"),
+                       CloseCode.INTERNAL_ERROR, "environment factory failed")
+
+    async def handle(self, session: Session, raw: str | bytes, *, with_text: bool) -> str | None:
+        """`answer`, with the bookkeeping the idle reaper reads (busy while answering, last activity)."""
+        session.busy = True
+        try:
+            return await self.answer(session, raw, with_text=with_text)
+        finally:
+            session.busy = False
+            session.last_active = time.monotonic()
 
     async def answer(self, session: Session, raw: str | bytes, *, with_text: bool = False) -> str | None:
         """The reply frame to one client frame, or None when the client asked to close.
@@ -195,6 +222,12 @@ class SessionHandler:
         if not isinstance(observation, Observation):
             raise TypeError(f"{method}() returned {type(observation).__name__}, expected an Observation")
         return observation
+
+
+async def _refuse(websocket: WebSocket, refusal: Refusal) -> None:
+    await websocket.accept(headers=[(REFUSED_HEADER.encode(), refusal.kind.encode())])
+    await websocket.send_text(refusal.frame)
+    await websocket.close(refusal.code, refusal.reason)
 
 
 def _summarise(error: ValidationError) -> str:
