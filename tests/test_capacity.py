@@ -17,11 +17,13 @@ from websockets.sync.client import connect
 from envkit import CapacityError, EnvClient, create_app
 from envkit.testing import running_server
 
+pytestmark = pytest.mark.both_transports
+
 
 @pytest.fixture
-def two_slot_url() -> Iterator[str]:
+def two_slot_url(transport: str) -> Iterator[str]:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app) as url:
+    with running_server(app, transport=transport) as url:
         yield url
 
 

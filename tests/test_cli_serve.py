@@ -15,6 +15,8 @@ from envkit.testing import ServedProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.both_transports
+
 
 def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True, timeout=60,
@@ -45,14 +47,14 @@ def test_bad_environment_variable_is_a_usage_error() -> None:
     assert done.returncode == 2 and "MAX_CONCURRENT_ENVS='lots' is not a number" in done.stderr
 
 
-def test_serve_honours_max_concurrent_envs_from_the_environment() -> None:
-    with ServedProcess("echo", env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
+def test_serve_honours_max_concurrent_envs_from_the_environment(serve_args: tuple[str, ...]) -> None:
+    with ServedProcess("echo", *serve_args, env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
         assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 3
         assert "max 3 sessions" in "".join(served.output)
 
 
-def test_serve_flag_beats_the_environment_and_an_env_folder_path_works() -> None:
-    with ServedProcess(str(REPO / "envs" / "echo"), "--max-concurrent-envs", "5",
+def test_serve_flag_beats_the_environment_and_an_env_folder_path_works(serve_args: tuple[str, ...]) -> None:
+    with ServedProcess(str(REPO / "envs" / "echo"), "--max-concurrent-envs", "5", *serve_args,
                        env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
         assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 5
         with EnvClient(served.url).sync() as env:
@@ -60,8 +62,8 @@ def test_serve_flag_beats_the_environment_and_an_env_folder_path_works() -> None
             assert env.step({"message": "folder"}).reward == pytest.approx(0.6)
 
 
-def test_serve_module_class_target() -> None:
-    with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", env=subprocess_env()) as served:
+def test_serve_module_class_target(serve_args: tuple[str, ...]) -> None:
+    with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", *serve_args, env=subprocess_env()) as served:
         metadata = httpx.get(served.url + "/metadata", trust_env=False).json()
         assert metadata["name"] == "CounterEnvironment" and metadata["session_timeout_s"] == 30
         with EnvClient(served.url).sync() as env:

@@ -9,6 +9,8 @@ from sample_envs import CounterObservation
 
 from envkit import CapacityError, EnvClient, EnvConnectionError, EnvError, SessionLostError
 
+pytestmark = pytest.mark.both_transports
+
 
 async def test_async_episode(echo_url: str) -> None:
     async with EnvClient(echo_url) as env:

@@ -52,9 +52,10 @@ def test_factory_needs_a_known_class() -> None:
     create_app(lambda: CounterEnvironment(), CounterAction, CounterObservation, env_class=CounterEnvironment)
 
 
-def test_factory_failure_is_reported_at_connect_and_server_carries_on() -> None:
+@pytest.mark.both_transports
+def test_factory_failure_is_reported_at_connect_and_server_carries_on(transport: str) -> None:
     app = create_app(BrokenFactoryEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app) as url:
+    with running_server(app, transport=transport) as url:
         for _ in range(3):   # repeated failures leak no capacity
             with pytest.raises(EnvError) as error:
                 EnvClient(url).sync().connect()

@@ -23,6 +23,8 @@ from envkit.testing import ServedProcess
 PEER = Path(__file__).resolve().parent / "openenv_peer"
 REPO = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.both_transports
+
 
 @pytest.fixture(scope="session")
 def openenv_python() -> str:
@@ -45,8 +47,8 @@ def run_peer(python: str, script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str) -> None:
-    with ServedProcess("echo") as served:
+def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str, serve_args: tuple[str, ...]) -> None:
+    with ServedProcess("echo", *serve_args) as served:
         lines = run_peer(openenv_python, "generic_client_episode.py", served.url)
     reset, hello, envkit_step, state, error, after = lines
     assert reset["observation"]["echoed_message"] == "Echo environment ready!" and reset["reward"] == 0.0

@@ -17,6 +17,8 @@ from envkit.testing import ServedProcess, running_server
 
 COUNTER = "sample_envs:CounterEnvironment"
 
+pytestmark = pytest.mark.both_transports
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -24,9 +26,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_server_killed_mid_call_then_reset_on_a_new_server() -> None:
+def test_server_killed_mid_call_then_reset_on_a_new_server(serve_args: tuple[str, ...]) -> None:
     port = free_port()
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", port=port, env=subprocess_env()) as served:
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args, port=port, env=subprocess_env()) as served:
         env = EnvClient(served.url).sync()
         env.reset(tag="doomed")
         session_id = env.session_id
@@ -50,7 +52,7 @@ def test_server_killed_mid_call_then_reset_on_a_new_server() -> None:
     for later in (lambda: env.step({"amount": 1}), env.state, lambda: env.call("peek")):
         with pytest.raises(SessionLostError):
             later()
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", port=port, env=subprocess_env()):
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args, port=port, env=subprocess_env()):
         result = env.reset(tag="second life")
         assert result.observation == {"total": 0, "tag": "second life", "metadata": {}}
         assert env.session_id != session_id
@@ -58,10 +60,10 @@ def test_server_killed_mid_call_then_reset_on_a_new_server() -> None:
         env.close()
 
 
-def test_idle_reap_closes_socket_and_names_the_timeout() -> None:
+def test_idle_reap_closes_socket_and_names_the_timeout(transport: str) -> None:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=4,
                      session_timeout_s=0.5)
-    with running_server(app) as url:
+    with running_server(app, transport=transport) as url:
         env = EnvClient(url).sync()
         env.reset()
         deadline = time.monotonic() + 10
@@ -75,17 +77,17 @@ def test_idle_reap_closes_socket_and_names_the_timeout() -> None:
         env.close()
 
 
-def test_busy_session_is_not_reaped_mid_step() -> None:
+def test_busy_session_is_not_reaped_mid_step(transport: str) -> None:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
                      session_timeout_s=0.5)
-    with running_server(app) as url, EnvClient(url).sync() as env:
+    with running_server(app, transport=transport) as url, EnvClient(url).sync() as env:
         env.reset()
         assert env.step({"sleep_s": 1.5, "amount": 7}).observation["total"] == 7
 
 
-def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path) -> None:
+def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, serve_args: tuple[str, ...]) -> None:
     marker = tmp_path / "closed.txt"
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4",
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args,
                        env=subprocess_env(ENVKIT_TEST_CLOSE_MARKER=str(marker))) as served:
         clients = [EnvClient(served.url).sync() for _ in range(3)]
         for client in clients:

@@ -17,9 +17,11 @@ from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES"]
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
+MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
 
 
 def create_app(

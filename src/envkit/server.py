@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from .app import DEFAULT_MAX_MESSAGE_BYTES
+from .app import MAX_FRAME_BYTES
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
 
@@ -28,7 +28,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
     """
     settings: dict[str, Any] = {
-        "ws": "websockets-sansio", "ws_max_size": max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4),
+        "ws": "websockets-sansio", "ws_max_size": MAX_FRAME_BYTES,
         "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": "auto",
         "lifespan": "on", **overrides,
     }
@@ -69,12 +69,22 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_l
 
 
 @contextmanager
-def running_server(app: FastAPI, *, startup_timeout: float = 20.0, **config: Any) -> Iterator[str]:
+def running_server(app: FastAPI, *, startup_timeout: float = 20.0, transport: str = "uvicorn",
+                   **config: Any) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 and a free port in a background thread; yields `http://127.0.0.1:PORT`.
 
     Leaving the block ends every session (close 1001) and stops the server. For embedding a server
-    in a program (the trainer does) and for tests.
+    in a program (the trainer does) and for tests. `transport="picows"` serves it with
+    `envkit.picows_server` instead of uvicorn (`config` is uvicorn's and does not apply there).
     """
+    if transport == "picows":
+        from .picows_server import running_picows
+
+        with running_picows(app, startup_timeout=startup_timeout) as url:
+            yield url
+        return
+    if transport != "uvicorn":
+        raise ValueError(f"transport must be 'uvicorn' or 'picows', got {transport!r}")
     server = EnvkitServer(server_config(app, "127.0.0.1", 0, **{"log_level": "warning", **config}))
     thread = threading.Thread(target=server.run, name="envkit-server", daemon=True)
     thread.start()

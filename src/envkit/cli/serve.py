@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import click
 
@@ -18,10 +19,13 @@ from ..errors import ConfigurationError
               help="Sessions open at once [default: $MAX_CONCURRENT_ENVS, else 64, or 1 for single-session envs].")
 @click.option("--session-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
+@click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
+              help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
+                   "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            log_level: str) -> None:
+            transport: str, log_level: str) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
@@ -31,9 +35,20 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve echo --port 8001 --max-concurrent-envs 64
       envkit serve ./my_env
       envkit serve my_package.env:MyEnvironment --session-timeout 60
+      envkit serve echo --transport picows --max-concurrent-envs 1024
     """
-    from ..server import run_server
     from ..serving import app_from_environment, resolve_target
+
+    if transport == "picows":
+        try:
+            from ..picows_server import run_picows as serve
+        except ImportError as error:
+            raise click.UsageError(f"--transport picows needs picows and uvloop ({error}); "
+                                   "install them with: pip install 'envkit[bench]'") from None
+    else:
+        from ..server import run_server
+
+        serve = partial(run_server, log_level=log_level)
 
     settings = {}
     if max_concurrent_envs is not None:
@@ -53,4 +68,4 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
 
-    run_server(app, host, port, log_level=log_level, on_started=announce)
+    serve(app, host, port, on_started=announce)

@@ -1,0 +1,332 @@
+"""The picows transport: the same app served by picows and uvloop instead of uvicorn.
+
+`envkit serve TARGET --transport picows`. The WebSocket protocol, handshake headers, refusals,
+close codes, idle reaping, keepalive and shutdown are those of the uvicorn transport; both take
+the frame answering from `SessionHandler` and the HTTP documents from `Documents`. What differs
+is the machinery underneath: frames arrive in picows callbacks, and a frame of a `RUN_INLINE`
+environment is answered inside its callback, with no task per connection or per message.
+
+Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
+HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
+loop for every environment (the handshake's headers depend on it), so an environment whose
+constructor is slow stalls other sessions while it runs and is better served by uvicorn.
+
+picows and uvloop are imported only here (`pip install 'envkit[bench]'`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from typing import Any, Callable, Coroutine, Generator, Iterator
+
+import orjson
+import uvloop
+from picows import (
+    WSCloseCode,
+    WSFrame,
+    WSListener,
+    WSMsgType,
+    WSTransport,
+    WSUpgradeRequest,
+    WSUpgradeResponse,
+    WSUpgradeResponseWithListener,
+    ws_create_server,
+)
+
+from .app import MAX_FRAME_BYTES, EnvkitApp
+from .environment import Environment
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
+from .routes import Documents
+from .sessions import Session
+from .ws_handler import Refusal, SessionHandler, wants_text
+
+__all__ = ["PicowsServer", "run_picows", "running_picows"]
+
+logger = logging.getLogger("envkit.server")
+
+#: Keepalive as uvicorn does it: ping after 20 s without traffic, drop the peer 20 s later without a pong.
+PING_INTERVAL_S = 20.0
+PING_TIMEOUT_S = 20.0
+#: Time given to sockets to send their close frames and to environments to close at shutdown.
+SHUTDOWN_GRACE_S = 5.0
+_JSON = {"Content-Type": "application/json"}
+
+
+def first_step(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """Run `coro` until it first waits: `(True, result)` if it finished, else `(False, what it waits on)`.
+
+    A frame of an inline environment is answered without ever waiting, so it costs no task.
+    """
+    try:
+        return False, coro.send(None)
+    except StopIteration as finished:
+        return True, finished.value
+
+
+def run_eagerly(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run `coro` now, as far as it goes without waiting; a task finishes it if it must wait."""
+    finished, waiting_on = first_step(coro)
+    if not finished:
+        asyncio.get_running_loop().create_task(_Resumed(coro, waiting_on).run())
+
+
+class _Resumed:
+    """A started coroutine, continued under a task from the future it was waiting on."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
+        self.coro, self.waiting_on = coro, waiting_on
+
+    async def run(self) -> Any:
+        return await self
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, waiting_on = self.coro, self.waiting_on
+        while True:
+            try:
+                sent = yield waiting_on
+            except BaseException as error:  # noqa: BLE001 — thrown into the task: pass it on to the coroutine
+                try:
+                    waiting_on = coro.throw(error)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    waiting_on = coro.send(sent)
+                except StopIteration as finished:
+                    return finished.value
+
+
+class RefusingListener(WSListener):
+    """Sends the one error frame of a refusal, then closes with its code."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        transport.send(WSMsgType.TEXT, self.refusal.frame.encode())
+        transport.send_close(WSCloseCode(self.refusal.code), self.refusal.reason.encode())
+        transport.disconnect()
+
+
+class SessionListener(WSListener):
+    """One session's connection: frames answered in order, the slot released once it has gone."""
+
+    def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int) -> None:
+        self.handler = handler
+        self.session = Session(handler.pool, env, self.close_socket)
+        self.with_text = with_text
+        self.max_frame_bytes = max_frame_bytes
+        self.transport: WSTransport | None = None
+        self.waiting: deque[bytes] = deque()   # frames that arrived while an earlier one was being answered
+        self.answering: asyncio.Task[None] | None = None
+        self.fragments: bytearray | None = None
+        self.gone = False
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    async def close_socket(self, code: int, reason: str) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send_close(WSCloseCode(code), reason.encode())
+            transport.disconnect()
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        kind = frame.msg_type
+        if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
+            if not frame.fin:
+                self.fragments = bytearray(frame.get_payload_as_memoryview())
+                return
+            raw = frame.get_payload_as_bytes()
+        elif kind is WSMsgType.CONTINUATION and self.fragments is not None:
+            self.fragments += frame.get_payload_as_memoryview()
+            if len(self.fragments) > self.max_frame_bytes:
+                self.fragments = None
+                transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
+                transport.disconnect()
+                return
+            if not frame.fin:
+                return
+            raw, self.fragments = bytes(self.fragments), None
+        elif kind is WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+            return
+        else:
+            return
+        if self.answering is not None:
+            self.waiting.append(raw)
+            return
+        coro = self.handler.handle(self.session, raw, with_text=self.with_text)
+        finished, outcome = first_step(coro)
+        if not finished:
+            self.answering = asyncio.get_running_loop().create_task(self._answer_in_order(coro, outcome))
+        elif not self._send(outcome):
+            run_eagerly(self.session.end(CloseCode.NORMAL, "session closed"))
+
+    async def _answer_in_order(self, started: Coroutine[Any, Any, str | None], waiting_on: Any) -> None:
+        """Finish answering a frame that had to wait, then the frames that arrived meanwhile, in order."""
+        try:
+            reply = await _Resumed(started, waiting_on)
+            while self._send(reply):
+                if not self.waiting:
+                    return
+                reply = await self.handler.handle(self.session, self.waiting.popleft(), with_text=self.with_text)
+            self.waiting.clear()
+            await self.session.end(CloseCode.NORMAL, "session closed")
+        finally:
+            self.answering = None
+            if self.gone:
+                await self._release()
+
+    def _send(self, reply: str | None) -> bool:
+        """Send a reply; False when the session is over (the client sent `close`, or it was ended)."""
+        if reply is None or self.session.ended is not None:
+            return False
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send(WSMsgType.TEXT, reply.encode())
+        return True
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.gone = True
+        self.waiting.clear()
+        if self.answering is None:   # else the frame being answered finishes first, then releases
+            run_eagerly(self._release())
+
+    async def _release(self) -> None:
+        try:
+            await self.session.end(CloseCode.NORMAL, "session closed")
+        finally:
+            self.handler.pool.release()
+
+
+class PicowsServer:
+    """Serves an app made by `create_app` with picows: `/ws` and the HTTP documents on one port."""
+
+    def __init__(self, app: EnvkitApp, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        if app.session_handler is None or app.documents is None:
+            raise TypeError("PicowsServer serves apps made by envkit.create_app")
+        self.handler: SessionHandler = app.session_handler
+        self.documents: Documents = app.documents
+        self.max_frame_bytes = max_frame_bytes
+        self.pages = {b"/schema": orjson.dumps(self.documents.schema),
+                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/tools": orjson.dumps(self.documents.tools)}
+        self.server: asyncio.Server | None = None
+
+    def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
+        """picows's listener factory: HTTP documents by path, a session for `/ws`."""
+        path = request.path.partition(b"?")[0]
+        if path == b"/ws":
+            return self._open_session(request)
+        if request.method != b"GET":
+            return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
+        if path == b"/health":
+            return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()), _JSON))
+        page = self.pages.get(path)
+        if page is None:
+            return _http(WSUpgradeResponse.create_error_response(404, b'{"detail":"Not Found"}', _JSON))
+        return _http(WSUpgradeResponse.create_ok_response(page, _JSON))
+
+    def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
+        handler = self.handler
+        if not handler.pool.try_reserve():
+            return _refused(handler.refusal())
+        try:
+            env = handler.build()
+        except Exception as error:
+            handler.pool.release()
+            return _refused(handler.factory_refusal(error))
+        listener = SessionListener(handler, env, wants_text(request.headers.get(FEATURES_HEADER, "")),
+                                   self.max_frame_bytes)
+        handler.pool.add(listener.session)
+        response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: listener.session.id})
+        return WSUpgradeResponseWithListener(response, listener)
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on `host:port`; returns the bound port."""
+        self.server = await ws_create_server(
+            self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes, enable_auto_ping=True,
+            auto_ping_idle_timeout=PING_INTERVAL_S, auto_ping_reply_timeout=PING_TIMEOUT_S,
+            websocket_handshake_timeout=10, logger_name="envkit.picows")
+        return self.server.sockets[0].getsockname()[1]
+
+    async def shutdown(self) -> None:
+        """Stop listening, close every session with 1001 and its environment, then wait for the sockets to go."""
+        pool = self.handler.pool
+        assert self.server is not None
+        self.server.close()
+        await pool.shutdown()
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        while pool.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+
+def _http(response: WSUpgradeResponse) -> WSUpgradeResponseWithListener:
+    return WSUpgradeResponseWithListener(response, None)
+
+
+def _refused(refusal: Refusal) -> WSUpgradeResponseWithListener:
+    response = WSUpgradeResponse.create_101_response({REFUSED_HEADER: refusal.kind})
+    return WSUpgradeResponseWithListener(response, RefusingListener(refusal))
+
+
+async def serve(server: PicowsServer, host: str, port: int, stop: asyncio.Event,
+                on_started: Callable[[int], None] | None = None) -> None:
+    """Serve until `stop` is set, then shut down gracefully."""
+    bound = await server.start(host, port)
+    if on_started is not None:
+        on_started(bound)
+    await stop.wait()
+    await server.shutdown()
+
+
+def run_picows(app: EnvkitApp, host: str = "127.0.0.1", port: int = 8000, *,
+               on_started: Callable[[int], None] | None = None) -> None:
+    """Serve `app` with picows until SIGINT/SIGTERM; sessions are closed with 1001 before it stops."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(PicowsServer(app), host, port, stop, on_started)
+
+    uvloop.run(main())
+
+
+@contextmanager
+def running_picows(app: EnvkitApp, *, startup_timeout: float = 20.0) -> Iterator[str]:
+    """`running_server` for the picows transport: a background thread; yields `http://127.0.0.1:PORT`."""
+    loop = uvloop.new_event_loop()
+    stop = asyncio.Event()
+    bound: list[int] = []
+    started = threading.Event()
+
+    def on_started(port: int) -> None:
+        bound.append(port)
+        started.set()
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(serve(PicowsServer(app), "127.0.0.1", 0, stop, on_started))
+        finally:
+            started.set()
+            loop.close()
+
+    thread = threading.Thread(target=run, name="envkit-picows", daemon=True)
+    thread.start()
+    if not started.wait(startup_timeout) or not bound:
+        raise RuntimeError("the embedded picows server did not start")
+    try:
+        yield f"http://127.0.0.1:{bound[0]}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=15)
