@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     (["serve", "echo", "--max-concurrent-envs", "0"], "Invalid value for '--max-concurrent-envs'"),
     (["serve", "echo", "--session-timeout", "-1"], "Invalid value for '--session-timeout'"),
     (["serve", "echo", "--bogus"], "No such option '--bogus'"),
+    (["serve", "echo", "--transport", "hypercorn"], "Invalid value for '--transport'"),
     (["serve"], "Missing argument 'TARGET'"),
 ])
 def test_bad_target_or_flag_is_a_usage_error(args: list[str], message: str) -> None:
@@ -74,3 +76,14 @@ def test_serve_module_class_target(serve_args: tuple[str, ...]) -> None:
 def test_help_has_an_example() -> None:
     done = envkit("serve", "--help")
     assert done.returncode == 0 and "envkit serve echo --port 8001" in done.stdout
+
+
+def test_picows_transport_without_picows_is_a_usage_error(tmp_path: Path) -> None:
+    """picows is installed here, so a package of that name that fails to import stands in for its absence."""
+    (tmp_path / "picows").mkdir()
+    (tmp_path / "picows" / "__init__.py").write_text("raise ImportError(\"No module named 'picows'\")\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    done = envkit("serve", "echo", "--transport", "picows", env=env)
+    assert done.returncode == 2
+    assert "--transport picows needs picows and uvloop" in done.stderr and "pip install 'envkit[bench]'" in done.stderr

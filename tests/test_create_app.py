@@ -200,3 +200,16 @@ def test_google_docstring_parsing_keeps_typed_arguments() -> None:
     assert parsed.description == "Summary line."
     assert parsed.args == {"name": "The name.", "rest": "Ignored here."}
     assert parsed.returns == "str: text"
+
+
+def test_server_transports_are_named_and_picows_serves_only_envkit_apps() -> None:
+    from fastapi import FastAPI
+
+    from envkit.picows_server import PicowsServer
+
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation)
+    with pytest.raises(ValueError, match="transport must be 'uvicorn' or 'picows', got 'tornado'"):
+        with running_server(app, transport="tornado"):
+            pass
+    with pytest.raises(TypeError, match="apps made by envkit.create_app"):
+        PicowsServer(FastAPI())

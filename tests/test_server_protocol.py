@@ -132,3 +132,52 @@ def test_http_routes_describe_the_environment(counter_url: str) -> None:
         assert tools["add"]["function"]["parameters"]["required"] == ["amount"]
         # no stateless /step (picows refuses any request with a body before routing it: 400)
         assert http.post("/step", json={"action": {}}).status_code in (400, 404, 405)
+
+
+def test_text_feature_in_the_handshake_adds_rendered_text(echo_url: str) -> None:
+    ws_url = echo_url.replace("http://", "ws://") + "/ws"
+    with connect(ws_url, proxy=None, additional_headers={"x-envkit-features": "other, text"}) as sock:
+        assert ask(sock, {"type": "reset"})["data"]["text"] == "Echo environment ready!"
+        assert ask(sock, {"type": "step", "data": {"message": "hi"}})["data"]["text"] == "hi"
+    with ws(echo_url) as plain:
+        assert "text" not in ask(plain, {"type": "reset"})["data"]
+
+
+@pytest.mark.parametrize("env_name", ["echo (answered on the event loop)", "counter (answered on worker threads)"])
+def test_frames_sent_without_waiting_are_answered_in_order(echo_url: str, counter_url: str, env_name: str) -> None:
+    url, step, read = ((echo_url, lambda i: {"message": "m" * i}, lambda obs: obs["message_length"])
+                       if env_name.startswith("echo") else
+                       (counter_url, lambda i: {"amount": 1}, lambda obs: obs["total"]))
+    with ws(url) as sock:
+        sock.send(json.dumps({"type": "reset"}))
+        for i in range(1, 31):
+            sock.send(json.dumps({"type": "step", "data": step(i)}))
+        sock.send(json.dumps({"type": "close"}))
+        assert json.loads(sock.recv(timeout=10))["type"] == "observation"
+        assert [read(json.loads(sock.recv(timeout=10))["data"]["observation"]) for _ in range(30)] == list(range(1, 31))
+        with pytest.raises(ConnectionClosedOK) as closed:
+            sock.recv(timeout=10)
+        assert closed.value.rcvd.code == 1000
+
+
+def test_fragmented_frame_is_answered_as_one(counter_url: str) -> None:
+    with ws(counter_url) as sock:
+        ask(sock, {"type": "reset"})
+        sock.send(iter(['{"type": "step", ', '"data": {"amount": ', '7}}']))
+        assert json.loads(sock.recv(timeout=10))["data"]["observation"]["total"] == 7
+
+
+def test_frame_over_the_transport_limit_closes_with_1009(counter_url: str) -> None:
+    from websockets.exceptions import ConnectionClosedError
+
+    from envkit.app import MAX_FRAME_BYTES
+
+    with ws(counter_url) as sock:
+        ask(sock, {"type": "reset"})
+        with pytest.raises(ConnectionClosedError) as closed:
+            sock.send("x" * (MAX_FRAME_BYTES + 1))
+            sock.recv(timeout=10)
+        # the close frame is lost when the server resets the socket while the client is still sending
+        assert closed.value.rcvd is None or closed.value.rcvd.code == 1009
+    with ws(counter_url) as other:   # the server carries on
+        assert ask(other, {"type": "reset"})["type"] == "observation"

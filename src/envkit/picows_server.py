@@ -211,10 +211,11 @@ class PicowsServer:
     """Serves an app made by `create_app` with picows: `/ws` and the HTTP documents on one port."""
 
     def __init__(self, app: EnvkitApp, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        if app.session_handler is None or app.documents is None:
-            raise TypeError("PicowsServer serves apps made by envkit.create_app")
-        self.handler: SessionHandler = app.session_handler
-        self.documents: Documents = app.documents
+        handler, documents = getattr(app, "session_handler", None), getattr(app, "documents", None)
+        if handler is None or documents is None:
+            raise TypeError(f"PicowsServer serves apps made by envkit.create_app, got {type(app).__name__}")
+        self.handler: SessionHandler = handler
+        self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
                       b"/metadata": orjson.dumps(self.documents.metadata),
