@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-ORDER = ["envkit", "openenv", "fastapi", "picows"]
+ORDER = ["envkit", "envkit-picows", "openenv", "fastapi", "picows"]
 
 
 def _median(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float | None]) -> float | None:
@@ -80,7 +80,9 @@ def tables(report: dict[str, Any]) -> str:
         up = report["startup"]
         lines += ["", f"Start-up (median wall time): `python -c pass` {up['python_bare_s']:.3f} s, "
                   f"`import envkit` {up['import_envkit_s']:.3f} s, `envkit --help` {up['envkit_help_s']:.3f} s, "
-                  f"`envkit serve echo` to a healthy /health {up['serve_to_healthy_s']:.3f} s."]
+                  f"`envkit serve echo` to a healthy /health {up['serve_to_healthy_s']:.3f} s"
+                  + (f" ({up['serve_envkit-picows_to_healthy_s']:.3f} s with `--transport picows`)"
+                     if "serve_envkit-picows_to_healthy_s" in up else "") + "."]
     return "\n".join(lines)
 
 

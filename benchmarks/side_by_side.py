@@ -1,10 +1,11 @@
-"""Serve the same echo environment four ways and load each with the same `envkit bench` runs.
+"""Serve the same echo environment five ways and load each with the same `envkit bench` runs.
 
     python benchmarks/side_by_side.py              # full run, about 10 minutes on 2 cores
     python benchmarks/side_by_side.py --quick      # smaller loads, about 3 minutes
 
-Servers: (a) envkit, (b) OpenEnv 0.10.0 from PyPI in its own venv (benchmarks/.venv-openenv,
-created when missing), (c) a minimal FastAPI handler on uvicorn, (d) a bare picows server.
+Servers: (a) envkit on uvicorn, (a') envkit with `--transport picows`, (b) OpenEnv 0.10.0 from PyPI
+in its own venv (benchmarks/.venv-openenv, created when missing), (c) a minimal FastAPI handler on
+uvicorn, (d) a bare picows server.
 Each server runs pinned to core 0 and the load generator to core 1 (when there are two
 cores); the load levels are interleaved across servers, round after round, because figures on
 shared machines drift. Then each server, restarted fresh, is measured for memory per open
@@ -39,6 +40,7 @@ OPENENV_VENV = HERE / ".venv-openenv"
 OPENENV_REQUIREMENT = "openenv==0.10.0"
 SERVER_CORE, LOAD_CORE = 0, 1
 MAX_SESSIONS = "20000"
+SERVER_KEYS = ("envkit", "envkit-picows", "openenv", "fastapi", "picows")
 
 
 @dataclass
@@ -137,10 +139,15 @@ def openenv_python(given: str | None) -> str:
     return str(python)
 
 
+def envkit_serve(transport: str) -> list[str]:
+    return [sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "{port}", "--max-concurrent-envs", MAX_SESSIONS,
+            "--log-level", "warning", "--transport", transport]
+
+
 def build_servers(openenv: str, log_dir: Path) -> list[Server]:
     return [
-        Server("envkit", "envkit", [sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "{port}",
-                                    "--max-concurrent-envs", MAX_SESSIONS, "--log-level", "warning"], log_dir),
+        Server("envkit", "envkit (uvicorn)", envkit_serve("uvicorn"), log_dir),
+        Server("envkit-picows", "envkit (picows)", envkit_serve("picows"), log_dir),
         Server("openenv", "OpenEnv 0.10.0", [openenv, "openenv_echo.py", "--port", "{port}",
                                              "--max-concurrent-envs", MAX_SESSIONS], log_dir),
         Server("fastapi", "minimal FastAPI", [sys.executable, "fastapi_echo.py", "--port", "{port}"], log_dir),
@@ -158,16 +165,18 @@ def wall_time(command: list[str], runs: int = 7) -> float:
     return statistics.median(times)
 
 
-def measure_startup(envkit: Server) -> dict[str, float]:
+def measure_startup(envkit_servers: list[Server]) -> dict[str, float]:
     python = [sys.executable]
     figures = {"python_bare_s": wall_time(python + ["-c", "pass"]),
                "import_envkit_s": wall_time(python + ["-c", "import envkit"]),
                "envkit_help_s": wall_time(python + ["-m", "envkit.cli", "--help"])}
-    serve = []
-    for _ in range(3):
-        serve.append(envkit.start())
-        envkit.stop()
-    figures["serve_to_healthy_s"] = statistics.median(serve)
+    for server in envkit_servers:
+        serve = []
+        for _ in range(3):
+            serve.append(server.start())
+            server.stop()
+        figures["serve_to_healthy_s" if server.key == "envkit" else f"serve_{server.key}_to_healthy_s"] = \
+            statistics.median(serve)
     return {key: round(value, 3) for key, value in figures.items()}
 
 
@@ -259,7 +268,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the load matrix")
     parser.add_argument("--levels", default="1,16,64,256,1024", help="session counts, comma-separated")
     parser.add_argument("--openenv-python", help="python of an existing venv with openenv 0.10.0 installed")
-    parser.add_argument("--only", help="comma-separated server keys (envkit,openenv,fastapi,picows)")
+    parser.add_argument("--only", help=f"comma-separated server keys ({','.join(SERVER_KEYS)})")
     parser.add_argument("--ramp-budget", type=float, default=60.0, help="seconds per server for the ramp (0: no ramp)")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="where results are written")
     args = parser.parse_args()
@@ -269,15 +278,15 @@ def main() -> None:
     (args.out / "logs").mkdir(exist_ok=True)
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {LOAD_CORE})
-    selected = args.only.split(",") if args.only else ["envkit", "openenv", "fastapi", "picows"]
-    unknown = set(selected) - {"envkit", "openenv", "fastapi", "picows"}
+    selected = args.only.split(",") if args.only else list(SERVER_KEYS)
+    unknown = set(selected) - set(SERVER_KEYS)
     if unknown:
-        parser.error(f"unknown server(s) {', '.join(sorted(unknown))}; choose from envkit, openenv, fastapi, picows")
+        parser.error(f"unknown server(s) {', '.join(sorted(unknown))}; choose from {', '.join(SERVER_KEYS)}")
     openenv = openenv_python(args.openenv_python) if "openenv" in selected else ""
     servers = [server for server in build_servers(openenv, args.out / "logs") if server.key in selected]
     report: dict[str, Any] = {"machine": machine(), "levels": levels, "rounds": rounds, "servers": {}}
     if any(server.key == "envkit" for server in servers):
-        report["startup"] = measure_startup(next(server for server in servers if server.key == "envkit"))
+        report["startup"] = measure_startup([server for server in servers if server.key.startswith("envkit")])
         print(f"start-up: {report['startup']}", flush=True)
     for server in servers:
         print(f"starting {server.label}: healthy after {server.start():.2f} s", flush=True)

@@ -53,6 +53,8 @@ logger = logging.getLogger("envkit.server")
 #: Keepalive as uvicorn does it: ping after 20 s without traffic, drop the peer 20 s later without a pong.
 PING_INTERVAL_S = 20.0
 PING_TIMEOUT_S = 20.0
+#: picows's receive buffer per connection starts this small (its default is 16 kB) and grows for larger frames.
+READ_BUFFER_BYTES = 2048
 #: Time given to sockets to send their close frames and to environments to close at shutdown.
 SHUTDOWN_GRACE_S = 5.0
 _JSON = {"Content-Type": "application/json"}
@@ -256,7 +258,7 @@ class PicowsServer:
         self.server = await ws_create_server(
             self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes, enable_auto_ping=True,
             auto_ping_idle_timeout=PING_INTERVAL_S, auto_ping_reply_timeout=PING_TIMEOUT_S,
-            websocket_handshake_timeout=10, logger_name="envkit.picows")
+            read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=10, logger_name="envkit.picows")
         return self.server.sockets[0].getsockname()[1]
 
     async def shutdown(self) -> None:
