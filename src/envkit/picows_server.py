@@ -17,7 +17,6 @@ picows and uvloop are imported only here (`pip install 'envkit[bench]'`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import threading
 import time
@@ -47,8 +46,6 @@ from .sessions import Session
 from .ws_handler import Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
-
-logger = logging.getLogger("envkit.server")
 
 #: Keepalive as uvicorn does it: ping after 20 s without traffic, drop the peer 20 s later without a pong.
 PING_INTERVAL_S = 20.0
