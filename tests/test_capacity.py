@@ -94,3 +94,18 @@ def test_slot_frees_when_a_client_process_is_killed(two_slot_url: str) -> None:
         for client in clients:
             client.kill()
             client.wait(10)
+
+
+def test_slot_frees_when_a_client_leaves_during_a_slow_step(two_slot_url: str) -> None:
+    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    built = CounterEnvironment.instances
+    with connect(ws_url, proxy=None) as sock:
+        sock.send('{"type": "reset"}')
+        sock.recv(timeout=10)
+        sock.send('{"type": "step", "data": {"sleep_s": 1.0}}')
+        sock.send('{"type": "step", "data": {"amount": 2}}')   # waits behind the slow one, then is dropped
+    wait_for_active(two_slot_url, 0)
+    with EnvClient(two_slot_url).sync() as env:
+        env.reset()
+        assert env.step({"amount": 1}).observation["total"] == 1
+    assert CounterEnvironment.instances == built + 2
