@@ -1,13 +1,15 @@
 """Wire compatibility with OpenEnv 0.10.0, using its real client and server from PyPI.
 
 OpenEnv's pins clash with ours, so it lives in its own virtual environment: `$ENVKIT_OPENENV_PYTHON`
-if set, else `.venv-openenv` at the repository root, created here on first use (pip install openenv==0.10.0).
+if set, else `benchmarks/.venv-openenv` (the one the benchmarks use), created here on first use
+(pip install openenv==0.10.0).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 import venv
@@ -22,6 +24,7 @@ from envkit.testing import ServedProcess
 
 PEER = Path(__file__).resolve().parent / "openenv_peer"
 REPO = Path(__file__).resolve().parents[1]
+OPENENV_ECHO = REPO / "benchmarks" / "servers" / "openenv_echo.py"
 
 pytestmark = pytest.mark.both_transports
 
@@ -31,7 +34,7 @@ def openenv_python() -> str:
     configured = os.environ.get("ENVKIT_OPENENV_PYTHON")
     if configured:
         return configured
-    home = REPO / ".venv-openenv"
+    home = REPO / "benchmarks" / ".venv-openenv"
     python = home / "bin" / "python"
     if not python.exists():
         venv.create(home, with_pip=True)
@@ -63,24 +66,30 @@ def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str, ser
 
 @pytest.fixture
 def openenv_server(openenv_python: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The benchmarks' OpenEnv echo server (OpenEnv's own create_app), on a free 127.0.0.1 port."""
     limit = getattr(request, "param", 8)
-    process = subprocess.Popen([openenv_python, str(PEER / "echo_server.py"), str(limit)], stdout=subprocess.PIPE,
-                               text=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([openenv_python, str(OPENENV_ECHO), "--port", str(port),
+                                "--max-concurrent-envs", str(limit)])
+    url = f"http://127.0.0.1:{port}"
     try:
-        line = process.stdout.readline().split()
-        assert line and line[0] == "port", "the OpenEnv server did not start"
-        url = f"http://127.0.0.1:{line[1]}"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        while not _healthy(url):
+            assert process.poll() is None and time.monotonic() < deadline, "the OpenEnv server did not start"
+            time.sleep(0.1)
         yield url
     finally:
         process.kill()
         process.wait(10)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 async def test_envkit_client_plays_against_an_openenv_server(openenv_server: str) -> None:
