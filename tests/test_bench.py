@@ -58,6 +58,23 @@ class Echo(LaggingEcho):
         return Heard(echoed_message=action.message)
 
 
+class Journal(Echo):
+    """Echoes, and writes every reset, step and close of every session into one shared list."""
+
+    events: list[str] = []
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Heard:
+        Journal.events.append("reset")
+        return Heard()
+
+    async def step_async(self, action: Said) -> Heard:
+        Journal.events.append("step")
+        return Heard(echoed_message=action.message)
+
+    def close(self) -> None:
+        Journal.events.append("close")
+
+
 def serve(env: type[Environment], max_sessions: int = 64) -> Any:
     return running_server(create_app(env, Said, Heard, max_concurrent_envs=max_sessions))
 
@@ -76,6 +93,27 @@ def test_load_counts_steps_and_checks_every_reply(echo: str, client: str) -> Non
     assert result.success_rate == 1.0
     assert set(result.step_latency_ms) == {"p50", "p90", "p99", "max"}
     assert result.step_latency_ms["p50"] <= result.step_latency_ms["max"]
+
+
+@pytest.mark.parametrize("client", available_clients())
+def test_steps_are_timed_between_all_sessions_open_and_any_closing(client: str) -> None:
+    """Every session resets before any steps, and none closes before every session had its last step reply."""
+    Journal.events = []
+    seen: dict[str, list[str]] = {}
+
+    async def opened() -> None:
+        seen["open"] = list(Journal.events)
+
+    async def stepped() -> None:
+        seen["stepped"] = list(Journal.events)
+
+    with serve(Journal) as url:
+        result = run_sync(run_load(url, 12, 6, client=client, on_open=opened, on_stepped=stepped))
+    assert (result.sessions_ok, result.steps, result.failures) == (12, 72, {})
+    assert seen["open"] == ["reset"] * 12
+    assert seen["stepped"] == ["reset"] * 12 + ["step"] * 72
+    assert 0 < result.step_seconds <= result.wall_s
+    assert 0 < result.open_seconds <= result.wall_s
 
 
 @pytest.mark.parametrize("client", available_clients())
@@ -162,7 +200,8 @@ def test_cli_json_output_shape(echo: str) -> None:
     result = json.loads(done.stdout)
     assert result["mode"] == "load"
     assert {"url", "client", "sessions", "steps_per_session", "sessions_ok", "steps", "steps_per_s",
-            "step_latency_ms", "connect_reset_ms", "failures", "mismatches", "loadgen_cpu", "success_rate"} <= set(result)
+            "step_latency_ms", "connect_reset_ms", "failures", "mismatches", "loadgen_cpu", "success_rate", "step_seconds",
+            "open_seconds", "wall_s"} <= set(result)
     assert (result["sessions_ok"], result["steps"], result["mismatches"]) == (3, 12, 0)
     assert result["url"] == echo.replace("http://", "ws://") + "/ws"
 
@@ -177,6 +216,7 @@ def test_cli_text_output(echo: str) -> None:
     done = bench_cli("--url", echo, "--sessions", "2", "--steps", "2")
     assert done.returncode == 0, done.stderr
     assert "sessions ok       2/2" in done.stdout
+    assert "after all sessions opened in" in done.stdout
     assert "0 mismatched replies" in done.stdout
 
 

@@ -34,7 +34,13 @@ def _failures_text(failures: dict[str, int]) -> list[str]:
 
 @dataclass
 class LoadResult:
-    """N sessions, each connecting, resetting and then stepping S times in sequence."""
+    """N sessions, each connecting, resetting and then stepping S times in sequence.
+
+    Every session connects and resets before any steps, and none closes before every session has
+    finished stepping: `steps_per_s` is `steps / step_seconds`, where `step_seconds` runs from the
+    moment all sessions start stepping (a barrier) to the last step reply. Connecting, resetting
+    and closing fall outside it; `open_seconds` and `connect_reset_ms` measure the opening.
+    """
 
     url: str
     client: str
@@ -42,16 +48,21 @@ class LoadResult:
     steps_per_session: int
     sessions_ok: int
     steps: int
+    #: From the barrier that starts every session's steps to the last step reply.
     step_seconds: float
+    #: Steps in the step window: opening and closing sessions are not part of it.
     steps_per_s: float
     step_latency_ms: dict[str, float | None]
     connect_reset_ms: dict[str, float | None]
     failures: dict[str, int]
     #: Replies that did not carry the session's own token; None when the action carries no token.
     mismatches: int | None
-    #: CPU time of the load generator over the run, as a share of one core.
+    #: CPU time of the load generator while the sessions were stepping, as a share of one core.
     loadgen_cpu: float
+    #: The whole run: opening, stepping and closing.
     wall_s: float
+    #: From the start until every session had connected and reset (or failed to).
+    open_seconds: float = 0.0
     mode: str = "load"
 
     @property
@@ -64,7 +75,8 @@ class LoadResult:
     def text(self) -> str:
         lines = [
             f"{self.sessions} sessions x {self.steps_per_session} steps against {self.url} ({self.client} client)",
-            f"  steps/s           {self.steps_per_s:,.0f}  ({self.steps} steps in {self.step_seconds:.2f} s)",
+            f"  steps/s           {self.steps_per_s:,.0f}  ({self.steps} steps in {self.step_seconds:.2f} s, "
+            f"after all sessions opened in {self.open_seconds:.2f} s)",
             f"  step latency ms   p50/p90/p99/max  {_ms(self.step_latency_ms)}",
             f"  connect+reset ms  p50/p90/p99/max  {_ms(self.connect_reset_ms)}",
             f"  sessions ok       {self.sessions_ok}/{self.sessions}  ({self.success_rate:.1%})",

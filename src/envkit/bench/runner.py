@@ -47,11 +47,18 @@ async def _report_progress(progress: Progress, describe: Callable[[], str]) -> N
 
 async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any] | None = None, client: str = "auto",
                    timeout_s: float = 60.0, connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY,
-                   on_open: Callable[[], Awaitable[None]] | None = None, progress: Progress | None = None) -> LoadResult:
+                   on_open: Callable[[], Awaitable[None]] | None = None,
+                   on_stepped: Callable[[], Awaitable[None]] | None = None,
+                   progress: Progress | None = None) -> LoadResult:
     """Open `sessions` sessions, reset each, then (once all are open) step each `steps` times in sequence.
 
+    Three phases, so that steps/s measures stepping only: every session connects and resets; at a
+    barrier all of them start stepping; once every session has had its last step reply, all close.
+    The step window runs from the barrier's release to the last step reply.
+
     `on_open` is awaited while every session is open and before any steps, e.g. to measure the
-    server's memory with all of them held. The run stops after `timeout_s` whatever remains.
+    server's memory with all of them held; `on_stepped` once every session has finished stepping and
+    before any closes. The run stops after `timeout_s` whatever remains.
     """
     driver_cls = driver_class(client)
     url = websocket_url(url)
@@ -60,13 +67,13 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
     run_id = secrets.token_hex(3)
     drivers = [driver_cls(url, SessionScript(tally, template, run_id, index, steps)) for index in range(sessions)]
     gate = asyncio.Semaphore(connect_concurrency)
-    all_opened, start = asyncio.Event(), asyncio.Event()
-    opened = 0
+    all_opened, start, all_stepped, closing = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+    opened = stepped = 0
     marks: dict[str, float] = {}
     started, cpu_started = time.perf_counter(), time.process_time()
 
     async def session(driver: Any) -> None:
-        nonlocal opened
+        nonlocal opened, stepped
         async with gate:
             await driver.open()
         opened += 1
@@ -75,15 +82,24 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
         if driver.script.outcome is None:
             await start.wait()
             await driver.run_steps()
-            marks["last_step"] = time.perf_counter()
+        stepped += 1
+        if stepped == sessions:
+            all_stepped.set()
+        await closing.wait()
         await driver.close()
 
     async def release_steps() -> None:
         await all_opened.wait()
+        marks["opened"] = time.perf_counter()
         if on_open is not None:
             await on_open()
         marks["steps"], marks["steps_cpu"] = time.perf_counter(), time.process_time()
         start.set()
+        await all_stepped.wait()
+        marks["stepped"], marks["stepped_cpu"] = time.perf_counter(), time.process_time()
+        if on_stepped is not None:
+            await on_stepped()
+        closing.set()
 
     def describe() -> str:
         rate = tally.steps / (time.perf_counter() - marks["steps"]) if "steps" in marks else 0.0
@@ -103,17 +119,18 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
         for helper in helpers:
             helper.cancel()
     ended, cpu_ended = time.perf_counter(), time.process_time()
-    step_start = marks.get("steps", started)
-    step_seconds = max(marks.get("last_step", ended) - step_start, 1e-9) if tally.steps else 0.0
-    cpu_window = ended - marks.get("steps", started)
+    step_start = marks.get("steps", ended)
+    step_seconds = max(tally.last_step_at - step_start, 1e-9) if tally.steps else 0.0
+    cpu_window = marks.get("stepped", ended) - marks.get("steps", started)
+    cpu_stepping = marks.get("stepped_cpu", cpu_ended) - marks.get("steps_cpu", cpu_started)
     return LoadResult(
         url=url, client=driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
         steps=tally.steps, step_seconds=round(step_seconds, 4),
         steps_per_s=round(tally.steps / step_seconds, 1) if tally.steps else 0.0,
         step_latency_ms=latency_summary(tally.step_latencies), connect_reset_ms=latency_summary(tally.connect_latencies),
         failures=dict(tally.failures), mismatches=tally.mismatches if template.checks_echo else None,
-        loadgen_cpu=round((cpu_ended - marks.get("steps_cpu", cpu_started)) / max(cpu_window, 1e-9), 3),
-        wall_s=round(ended - started, 3))
+        loadgen_cpu=round(cpu_stepping / max(cpu_window, 1e-9), 3),
+        wall_s=round(ended - started, 3), open_seconds=round(marks.get("opened", ended) - started, 4))
 
 
 async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, steps: int = 3, budget_s: float = 60.0,

@@ -53,6 +53,8 @@ class Tally:
         self.step_latencies = array("d")
         self.connect_latencies = array("d")
         self.steps = 0
+        #: perf_counter() when the latest step reply arrived: the end of the step window.
+        self.last_step_at = 0.0
         self.mismatches = 0
         self.sessions_ok = 0
         self.failures: Counter[str] = Counter()
@@ -115,6 +117,7 @@ class SessionScript:
             return None if self.remaining else self.end()
         tally.step_latencies.append(now - self.sent_at)
         tally.steps += 1
+        tally.last_step_at = now
         if self.checks_echo and self.token not in raw:
             tally.mismatches += 1
             self.mismatched = True

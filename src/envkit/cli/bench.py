@@ -66,8 +66,9 @@ def command(url: str, sessions: int, steps: int, action_json: str | None, ramp: 
     """Load a running server with concurrent sessions: steps/s, latency, failures and correctness.
 
     Each session resets, then sends STEPS step frames in sequence; each step carries a token of
-    its own and the reply must carry it back (mismatches are counted). Works against envkit and
-    OpenEnv servers alike.
+    its own and the reply must carry it back (mismatches are counted). All sessions connect and
+    reset before any steps and close after the last step reply, so steps/s counts stepping only;
+    connect+reset latency is reported apart. Works against envkit and OpenEnv servers alike.
 
     \b
     Examples:
