@@ -186,15 +186,18 @@ def steps_for(sessions: int, total: int) -> int:
 
 
 def measured_load(server: Server, sessions: int, steps: int) -> dict[str, Any]:
-    """One `envkit bench` load, plus the server's CPU time per step from the first step to the last close."""
-    began: list[float] = []
+    """One `envkit bench` load, plus the server's CPU time per step: from the first step to the last close
+    (`server_cpu_us_per_step`), and while the sessions step, closes left out (`..._stepping`)."""
+    marks: list[float] = []
 
     async def mark() -> None:
-        began.append(server.cpu_s())
+        marks.append(server.cpu_s())
 
-    result = run_sync(run_load(server.url, sessions, steps, timeout_s=180, on_open=mark)).to_dict()
-    cpu = server.cpu_s() - began[0] if began else 0.0
-    result["server_cpu_us_per_step"] = round(cpu / result["steps"] * 1e6, 1) if result["steps"] else None
+    result = run_sync(run_load(server.url, sessions, steps, timeout_s=180, on_open=mark, on_stepped=mark)).to_dict()
+    ended = server.cpu_s()
+    for key, cpu in (("server_cpu_us_per_step", ended - marks[0] if marks else 0.0),
+                     ("server_cpu_us_per_step_stepping", marks[1] - marks[0] if len(marks) == 2 else 0.0)):
+        result[key] = round(cpu / result["steps"] * 1e6, 1) if result["steps"] else None
     return result
 
 
@@ -211,7 +214,7 @@ def load_matrix(servers: list[Server], levels: list[int], rounds: int, total: in
                 runs[server.key][level].append(run)
                 print(f"  round {round_index + 1} {server.label:>16} {level:>5} sessions: "
                       f"{run['steps_per_s']:>9,.0f} steps/s  p99 {run['step_latency_ms']['p99']} ms  "
-                      f"server {run['server_cpu_us_per_step']} us/step  ok {run['sessions_ok']}/{level}  "
+                      f"server {run['server_cpu_us_per_step']} us/step ({run['server_cpu_us_per_step_stepping']} stepping)  ok {run['sessions_ok']}/{level}  "
                       f"loadgen {run['loadgen_cpu']:.0%}", flush=True)
     return runs
 
