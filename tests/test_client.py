@@ -8,6 +8,7 @@ import pytest
 from sample_envs import CounterObservation
 
 from envkit import CapacityError, EnvClient, EnvConnectionError, EnvError, SessionLostError
+from envkit.testing import free_port
 
 pytestmark = pytest.mark.both_transports
 
@@ -52,11 +53,7 @@ def test_env_errors_carry_code_and_keep_the_session(counter_url: str) -> None:
 
 
 def test_unreachable_server_is_a_connection_error() -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with pytest.raises(EnvConnectionError) as error:
         EnvClient(f"http://127.0.0.1:{port}", connect_timeout=2).sync().connect()
     assert f"127.0.0.1:{port}" in str(error.value)

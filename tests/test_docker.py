@@ -7,7 +7,6 @@ are replayed on this machine (see dockerfile_replay.py) and their shape is check
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from envkit.docker import ContainerError
 from envkit.dockerfile import image_env, parse_dockerfile, space_dockerfile_problems, start_command
 from envkit.scaffold import template_dir
 from envkit.serving import bundled_envs
-from envkit.testing import ServedProcess
+from envkit.testing import ServedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,7 +44,7 @@ class StandInContainer:
         elif image == "crashes-at-start":
             self.status = "exited"
         elif image == "never-healthy":
-            ports = {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(closed_port())}]}
+            ports = {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(free_port())}]}
         self.attrs = {"NetworkSettings": {"Ports": ports}}
 
     def reload(self) -> None:
@@ -85,12 +84,6 @@ class StandInDocker:
         container = StandInContainer(image, options["environment"])
         self.started.append(container)
         return container
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import venv
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from envkit import CapacityError, EnvClient, EnvError
-from envkit.testing import ServedProcess
+from envkit.testing import ServedProcess, free_port
 
 PEER = Path(__file__).resolve().parent / "openenv_peer"
 REPO = Path(__file__).resolve().parents[1]
@@ -68,9 +67,7 @@ def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str, ser
 def openenv_server(openenv_python: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The benchmarks' OpenEnv echo server (OpenEnv's own create_app), on a free 127.0.0.1 port."""
     limit = getattr(request, "param", 8)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen([openenv_python, str(OPENENV_ECHO), "--port", str(port),
                                 "--max-concurrent-envs", str(limit)])
     url = f"http://127.0.0.1:{port}"

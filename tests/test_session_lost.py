@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
@@ -13,17 +12,11 @@ from sample_envs import CounterAction, CounterEnvironment, CounterObservation
 from tcp_proxy import FreezableProxy
 
 from envkit import EnvClient, SessionLostError, create_app
-from envkit.testing import ServedProcess, running_server
+from envkit.testing import ServedProcess, free_port, running_server
 
 COUNTER = "sample_envs:CounterEnvironment"
 
 pytestmark = pytest.mark.both_transports
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_server_killed_mid_call_then_reset_on_a_new_server(serve_args: tuple[str, ...]) -> None:

@@ -7,7 +7,6 @@ makes of a hand-written wrapper, the way TRL's guide writes one.
 from __future__ import annotations
 
 import inspect
-import socket
 import threading
 import time
 import typing
@@ -32,7 +31,7 @@ from envkit import (
 )
 from envkit.errors import EnvConnectionError
 from envkit.serving import bundled_envs, resolve_target
-from envkit.testing import ServedProcess, running_server
+from envkit.testing import ServedProcess, free_port, running_server
 from envkit.train import BindingError, Tally, bind, environment_factory
 from envkit.train.schema import check_tool_schema, docstring, type_hint
 
@@ -251,12 +250,6 @@ def test_server_errors_become_tool_errors_and_the_episode_goes_on(counter_url: s
     assert environment.add(2) == '{"total": 2, "tag": ""}'
     assert cls.tally.error_codes == {"VALIDATION_ERROR": 1}
     cls._close_all()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_session_lost_mid_episode_ends_it_and_is_never_continued() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import pytest
 
 from envkit import EnvClient
 from envkit.serving import app_from_environment, resolve_target
-from envkit.testing import ServedProcess, running_server
+from envkit.testing import ServedProcess, free_port, running_server
 from envkit.train.runner import TrainingStopped, prepare, run, train
 from envkit.train.settings import TrainSettings
 
@@ -126,12 +125,6 @@ def test_two_environments_routed_per_row_from_a_dataset(tmp_path: Path) -> None:
     rows = rows_of(tmp_path / "out" / "metrics.jsonl")
     for column in ("wordle_reward", "catch_reward", "wordle_partial"):  # a reward per environment
         assert any(row.get(column) is not None for row in rows), column
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,6 @@ import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .errors import ConfigurationError, EnvkitError
 from .serving import read_manifest

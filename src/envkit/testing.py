@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,14 @@ from typing import Any
 
 from .server import running_server
 
-__all__ = ["running_server", "ServedProcess"]
+__all__ = ["running_server", "ServedProcess", "free_port"]
+
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on right now (for a server to start on, or to find refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
 
 _ANNOUNCE = re.compile(r"serving .* on (http://[\d.]+:\d+)")
 
