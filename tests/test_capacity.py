@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from envkit import CapacityError, EnvClient, create_app
+from envkit.client import websocket_url
 from envkit.testing import running_server
 
 pytestmark = pytest.mark.both_transports
@@ -37,7 +38,7 @@ def wait_for_active(url: str, expected: int, within_s: float = 10.0) -> None:
 
 
 def test_over_capacity_raw_gets_error_frame_then_close_1013(two_slot_url: str) -> None:
-    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    ws_url = websocket_url(two_slot_url)
     built = CounterEnvironment.instances
     with connect(ws_url, proxy=None), connect(ws_url, proxy=None):
         with connect(ws_url, proxy=None) as third:
@@ -76,7 +77,7 @@ time.sleep(60)
 
 
 def test_slot_frees_when_a_client_process_is_killed(two_slot_url: str) -> None:
-    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    ws_url = websocket_url(two_slot_url)
     clients = [subprocess.Popen([sys.executable, "-c", CRASHING_CLIENT, ws_url], stdout=subprocess.PIPE, text=True)
                for _ in range(2)]
     try:
@@ -97,7 +98,7 @@ def test_slot_frees_when_a_client_process_is_killed(two_slot_url: str) -> None:
 
 
 def test_slot_frees_when_a_client_leaves_during_a_slow_step(two_slot_url: str) -> None:
-    ws_url = two_slot_url.replace("http://", "ws://") + "/ws"
+    ws_url = websocket_url(two_slot_url)
     built = CounterEnvironment.instances
     with connect(ws_url, proxy=None) as sock:
         sock.send('{"type": "reset"}')

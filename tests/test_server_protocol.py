@@ -8,13 +8,14 @@ import pytest
 from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import connect
 
+from envkit.client import websocket_url
 from envkit.protocol import SESSION_ID_HEADER
 
 pytestmark = pytest.mark.both_transports
 
 
 def ws(url: str):
-    return connect(url.replace("http://", "ws://") + "/ws", proxy=None)
+    return connect(websocket_url(url), proxy=None)
 
 
 def ask(sock, frame) -> dict:
@@ -135,7 +136,7 @@ def test_http_routes_describe_the_environment(counter_url: str) -> None:
 
 
 def test_text_feature_in_the_handshake_adds_rendered_text(echo_url: str) -> None:
-    ws_url = echo_url.replace("http://", "ws://") + "/ws"
+    ws_url = websocket_url(echo_url)
     with connect(ws_url, proxy=None, additional_headers={"x-envkit-features": "other, text"}) as sock:
         assert ask(sock, {"type": "reset"})["data"]["text"] == "Echo environment ready!"
         assert ask(sock, {"type": "step", "data": {"message": "hi"}})["data"]["text"] == "hi"

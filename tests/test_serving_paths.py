@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 from envkit import EnvClient, create_app
+from envkit.client import websocket_url
 from envkit.memory import release_memory
 from envkit.serving import resolve_target
 from envkit.sessions import SessionPool
@@ -107,7 +108,7 @@ async def test_envkit_serve_declines_compression_offered_by_openenv_style_client
     from envkit.testing import ServedProcess
 
     with ServedProcess("echo") as served:
-        async with connect(served.url.replace("http://", "ws://") + "/ws", compression="deflate") as ws:
+        async with connect(websocket_url(served.url), compression="deflate") as ws:
             assert ws.protocol.extensions == []
             await ws.send('{"type": "reset"}')
             assert '"observation"' in await ws.recv()

@@ -10,6 +10,7 @@ from catch_env.policies import OptimalPolicy
 from websockets.sync.client import connect
 
 from envkit import EnvClient, EnvError
+from envkit.client import websocket_url
 from envkit.testing import ServedProcess
 
 
@@ -34,7 +35,7 @@ def test_optimal_episode_with_envkit_client(catch_url: str) -> None:
 
 def test_openenv_openspiel_client_frames(catch_url: str) -> None:
     """The exact JSON OpenEnv's OpenSpielEnv client sends, and the fields its parser reads."""
-    with connect(catch_url.replace("http://", "ws://") + "/ws", proxy=None) as sock:
+    with connect(websocket_url(catch_url), proxy=None) as sock:
         reset = ask(sock, {"type": "reset", "data": {}})
         assert reset["type"] == "observation" and set(reset["data"]) == {"observation", "reward", "done"}
         first = reset["data"]["observation"]

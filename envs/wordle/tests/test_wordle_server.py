@@ -12,6 +12,7 @@ from wordle_env.game import prompt_text
 from wordle_env.policies import Solver
 
 from envkit import EnvClient, EnvError
+from envkit.client import websocket_url
 from envkit.testing import ServedProcess
 
 PROMPT_TEXT = "\n[GAME] " + prompt_text()
@@ -67,7 +68,7 @@ def test_guess_tool_over_the_wire(wordle_url: str) -> None:
 
 def test_openenv_textarena_client_frames(wordle_url: str) -> None:
     """The exact JSON OpenEnv's TextArenaEnv client sends, and the fields its parser reads."""
-    with connect(wordle_url.replace("http://", "ws://") + "/ws", proxy=None) as sock:
+    with connect(websocket_url(wordle_url), proxy=None) as sock:
         reset = ask(sock, {"type": "reset", "data": {"seed": 12}})
         assert reset["type"] == "observation" and {"observation", "reward", "done"} <= set(reset["data"])
         observation = reset["data"]["observation"]
@@ -102,7 +103,7 @@ def test_openenv_textarena_client_frames(wordle_url: str) -> None:
 
 
 def test_bad_input_gets_clear_errors_and_the_session_carries_on(wordle_url: str) -> None:
-    with connect(wordle_url.replace("http://", "ws://") + "/ws", proxy=None) as sock:
+    with connect(websocket_url(wordle_url), proxy=None) as sock:
         refused = ask(sock, {"type": "reset", "data": {"word": "xyzzy"}})
         assert refused["type"] == "error" and refused["data"]["code"] == "EXECUTION_ERROR"
         assert "word='xyzzy' cannot be the secret" in refused["data"]["message"]
