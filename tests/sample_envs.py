@@ -81,6 +81,15 @@ class SingleSessionEnvironment(CounterEnvironment):
     SUPPORTS_CONCURRENT_SESSIONS = False
 
 
+class SlowCloseEnvironment(SingleSessionEnvironment):
+    """A one-session environment whose close() takes a while, like a simulator process shutting down."""
+
+    CLOSE_S = 0.3
+
+    def close(self) -> None:
+        time.sleep(self.CLOSE_S)
+
+
 class BrokenFactoryEnvironment(CounterEnvironment):
     """Its constructor always fails."""
 

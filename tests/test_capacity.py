@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from typing import Iterator
 
 import httpx
 import pytest
-from sample_envs import CounterAction, CounterEnvironment, CounterObservation
+from sample_envs import CounterAction, CounterEnvironment, CounterObservation, SlowCloseEnvironment
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from envkit import CapacityError, EnvClient, create_app
+from envkit import CapacityError, EnvClient, EnvConnectionError, create_app
 from envkit.client import websocket_url
 from envkit.testing import running_server
 
@@ -110,3 +111,45 @@ def test_slot_frees_when_a_client_leaves_during_a_slow_step(two_slot_url: str) -
         env.reset()
         assert env.step({"amount": 1}).observation["total"] == 1
     assert CounterEnvironment.instances == built + 2
+
+
+def test_a_client_that_closes_and_reopens_at_once_gets_the_one_slot(transport: str) -> None:
+    """The slot of a session still closing on the server (its env's close() takes 0.3 s) goes to the reconnect."""
+    if transport == "picows":
+        pytest.skip("the picows transport refuses at once when every slot is taken (create_app's capacity_wait_s)")
+    app = create_app(SlowCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1)
+    with running_server(app, transport=transport) as url:
+        for round_number in range(4):
+            with EnvClient(url).sync() as client:
+                client.reset()
+                assert client.step(CounterAction(amount=round_number)).observation["total"] == round_number
+
+
+def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) -> None:
+    """A connection waiting for a slot when the server stops is told it is shutting down, not left hanging."""
+    if transport == "picows":
+        pytest.skip("the picows transport refuses at once when every slot is taken (create_app's capacity_wait_s)")
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
+                     capacity_wait_s=60)
+    pool = app.state.envkit_pool
+    outcome: list[BaseException | str] = []
+
+    def connect_second(url: str) -> None:
+        try:
+            EnvClient(url, connect_timeout=30).sync().connect()
+            outcome.append("connected")
+        except BaseException as error:  # noqa: BLE001 - the test reads which error it was
+            outcome.append(error)
+
+    with running_server(app, transport=transport) as url:
+        holder = EnvClient(url).sync().connect()
+        waiting = threading.Thread(target=connect_second, args=(url,))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while not pool._slot_waiters and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pool._slot_waiters, "the second connection never started waiting for a slot"
+    waiting.join(timeout=30)
+    holder.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], EnvConnectionError)
+    assert "shutting down" in str(outcome[0])

@@ -29,6 +29,7 @@ def test_concurrency_above_one_needs_the_declaration_and_builds_nothing() -> Non
 @pytest.mark.parametrize("settings, message", [
     ({"max_concurrent_envs": 0}, "at least 1"),
     ({"session_timeout_s": 0}, "positive"),
+    ({"capacity_wait_s": -1}, "0 or more seconds"),
 ])
 def test_bad_settings(settings: dict, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

@@ -35,6 +35,7 @@ def create_app(
     session_timeout_s: float | None = 300.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int | None = None,
+    capacity_wait_s: float = 1.0,
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
@@ -49,6 +50,8 @@ def create_app(
         session_timeout_s: close sessions idle this long (None: never).
         max_message_bytes: larger client frames get a `MESSAGE_TOO_BIG` error.
         max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
+        capacity_wait_s: a connection that finds every slot taken waits this long for one that a closing
+            session gives back before it is refused (0: refuse at once). The picows transport refuses at once.
         metadata: extra fields for `/metadata`.
 
     Raises:
@@ -71,7 +74,9 @@ def create_app(
         raise ConfigurationError(f"observation_cls must be an envkit Observation subclass, got {observation_cls!r}")
 
     tools = tool_specs(env_class)
-    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers)
+    if capacity_wait_s < 0:
+        raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
+    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
 
     @contextlib.asynccontextmanager

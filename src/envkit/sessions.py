@@ -9,10 +9,12 @@ sessions and the number of threads never grows with the number of sessions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Awaitable, Callable
@@ -104,10 +106,13 @@ class SessionPool:
     #: Sessions that must have closed since the last reclaim before another is worth its pause (tens of ms).
     RECLAIM_MIN_CLOSED = 64
 
-    def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None) -> None:
+    def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
+                 capacity_wait_s: float = 0.0) -> None:
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
+        self.capacity_wait_s = capacity_wait_s
         self._reserved = 0
+        self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
@@ -128,10 +133,39 @@ class SessionPool:
         self._reserved += 1
         return True
 
+    async def wait_for_slot(self) -> bool:
+        """Wait up to `capacity_wait_s` for a slot that a closing session gives back; True when one was handed over.
+
+        A client that closes its session and at once opens another must not be refused because
+        the server has not yet finished closing the first (its environment's `close()` may still run).
+        """
+        if self.shutting_down or self.capacity_wait_s <= 0:
+            return False
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(self.capacity_wait_s):
+                return await waiter
+        except TimeoutError:
+            return waiter.done() and not waiter.cancelled() and waiter.result()  # handed over as time ran out
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()
+            raise
+        finally:
+            if not waiter.done() or waiter.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._slot_waiters.remove(waiter)
+
     def release(self) -> None:
-        """Give back a slot taken by `try_reserve`."""
-        self._reserved -= 1
+        """Give back a slot taken by `try_reserve`, handing it to the longest-waiting connection if any."""
         self._closed_since_reclaim += 1
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self._reserved -= 1
         if self._reserved == 0 and self._closed_since_reclaim >= self.RECLAIM_MIN_CLOSED and self._reclaim is None:
             self._reclaim = asyncio.get_running_loop().call_later(self.RECLAIM_AFTER_S, self._reclaim_if_idle)
 
@@ -166,6 +200,10 @@ class SessionPool:
     async def shutdown(self) -> None:
         """Refuse new sessions, close every socket with 1001 and every environment; idempotent."""
         self.shutting_down = True
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(False)
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None

@@ -82,7 +82,7 @@ class SessionHandler:
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
         pool = self.pool
-        if not pool.try_reserve():
+        if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
             return
         session: Session | None = None
