@@ -87,3 +87,22 @@ def test_picows_transport_without_picows_is_a_usage_error(tmp_path: Path) -> Non
     done = envkit("serve", "echo", "--transport", "picows", env=env)
     assert done.returncode == 2
     assert "--transport picows needs picows and uvloop" in done.stderr and "pip install 'envkit[bench]'" in done.stderr
+
+
+
+def process_environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists() or "PYTHONMALLOC" in os.environ,
+                    reason="reads the server's environment from /proc; needs PYTHONMALLOC unset here")
+@pytest.mark.parametrize("given, expected", [(None, "malloc"), ("pymalloc", "pymalloc")])
+def test_serve_runs_on_the_c_allocator_unless_pythonmalloc_is_set(serve_args: tuple[str, ...], given: str | None,
+                                                                  expected: str) -> None:
+    """Same process id and command line, re-run once with PYTHONMALLOC=malloc; a PYTHONMALLOC given is kept."""
+    with ServedProcess("echo", *serve_args, env={"PYTHONMALLOC": given} if given else None) as served:
+        assert served.process is not None
+        assert process_environment(served.process.pid).get("PYTHONMALLOC") == expected
+        with EnvClient(served.url).sync() as client:
+            assert client.reset().observation

@@ -50,6 +50,10 @@ def cli() -> None:
 
 def main(argv: Any = None) -> None:
     """Console entry point: errors are one line on stderr; exit 2 for usage errors, 1 for failures."""
+    if argv is None:   # the process's own command line, so it can be run again as it was
+        from ..memory import rerun_on_system_allocator
+
+        rerun_on_system_allocator(sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="envkit", standalone_mode=False)
     except click.UsageError as error:

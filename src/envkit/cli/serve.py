@@ -29,6 +29,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
+    The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
+    goes back to the OS; set PYTHONMALLOC yourself to choose another.
 
     \b
     Examples:
