@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -88,6 +89,15 @@ class SlowCloseEnvironment(SingleSessionEnvironment):
 
     def close(self) -> None:
         time.sleep(self.CLOSE_S)
+
+
+class StuckCloseEnvironment(CounterEnvironment):
+    """close() waits until the test sets `release`, like a simulator that hangs while shutting down."""
+
+    release = threading.Event()
+
+    def close(self) -> None:
+        self.release.wait(30)
 
 
 class BrokenFactoryEnvironment(CounterEnvironment):

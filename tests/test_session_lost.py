@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import subprocess_env
-from sample_envs import CounterAction, CounterEnvironment, CounterObservation
+from sample_envs import CounterAction, CounterEnvironment, CounterObservation, StuckCloseEnvironment
 from tcp_proxy import FreezableProxy
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from envkit import EnvClient, SessionLostError, create_app
+from envkit.client import websocket_url
 from envkit.testing import ServedProcess, free_port, running_server
 
 COUNTER = "sample_envs:CounterEnvironment"
@@ -68,6 +72,26 @@ def test_idle_reap_closes_socket_and_names_the_timeout(transport: str) -> None:
         assert lost.value.close_code == 4408 and "idle timeout" in lost.value.reason
         assert env.reset().observation["total"] == 0
         env.close()
+
+
+def test_an_environment_stuck_closing_does_not_hold_up_reaping_the_others(transport: str) -> None:
+    """Two idle sessions whose env.close() hangs: both sockets are closed with 4408 while the closes still hang."""
+    app = create_app(StuckCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=4,
+                     session_timeout_s=0.5)
+    StuckCloseEnvironment.release.clear()
+    try:
+        with running_server(app, transport=transport) as url, contextlib.ExitStack() as stack:
+            sockets = [stack.enter_context(connect(websocket_url(url), proxy=None)) for _ in range(2)]
+            for sock in sockets:
+                sock.send('{"type": "reset"}')
+                sock.recv(timeout=10)
+            for sock in sockets:
+                with pytest.raises(ConnectionClosed) as closed:
+                    sock.recv(timeout=15)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4408
+            StuckCloseEnvironment.release.set()
+    finally:
+        StuckCloseEnvironment.release.set()
 
 
 def test_busy_session_is_not_reaped_mid_step(transport: str) -> None:

@@ -195,7 +195,8 @@ class SessionPool:
             idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
             for session in idle:
                 logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
-                await session.end(CloseCode.IDLE_TIMEOUT, f"idle timeout: no message for {self.idle_timeout_s:g}s")
+            reason = f"idle timeout: no message for {self.idle_timeout_s:g}s"
+            await asyncio.gather(*(session.end(CloseCode.IDLE_TIMEOUT, reason) for session in idle))
 
     async def shutdown(self) -> None:
         """Refuse new sessions, close every socket with 1001 and every environment; idempotent."""
