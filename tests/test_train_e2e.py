@@ -169,3 +169,18 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
     assert (tmp_path / "out" / "reward_curve.png").is_file() and (tmp_path / "out" / "model" / "config.json").is_file()
     assert "stopped early: the environment server stopped answering" in summary.table()
     assert "lost because: connection dropped" in summary.table()
+
+
+def test_report_to_trackio_logs_the_rewards_locally(tmp_path: Path) -> None:
+    """trackio writes to a local SQLite file under TRACKIO_DIR; nothing is sent anywhere (HF_HUB_OFFLINE=1)."""
+    pytest.importorskip("trackio")
+    import sqlite3
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio")}
+    result = subprocess.run([sys.executable, "-m", "envkit.cli", "train", "--max-steps", "2", "--report-to", "trackio",
+                             "--output-dir", "run-a", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "trackio" / "envkit-echo.db") as database:
+        logged = [(run, json.loads(metrics)) for run, metrics in database.execute("SELECT run_name, metrics FROM metrics")]
+    rewards = [metrics["train/reward"] for run, metrics in logged if run == "run-a" and "train/reward" in metrics]
+    assert rewards == pytest.approx([row["reward"] for row in rows_of(tmp_path / "run-a" / "metrics.jsonl")], abs=1e-4)

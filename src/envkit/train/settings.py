@@ -157,6 +157,9 @@ class TrainSettings:
             "gradient_checkpointing": on_gpu and not self.tiny,
             "use_cpu": not on_gpu,
         }
+        if self.report_to == "trackio":   # a project per environment set, a run per output folder
+            kwargs.update(project="envkit-" + "-".join(self.env) if self.env else "envkit",
+                          run_name=Path(self.output_dir).resolve().name)
         if self.vllm_mode != "none":
             kwargs.update(use_vllm=True, vllm_mode=self.vllm_mode,
                           vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
