@@ -100,6 +100,14 @@ class StuckCloseEnvironment(CounterEnvironment):
         self.release.wait(30)
 
 
+class StrictResetEnvironment(CounterEnvironment):
+    """Its reset() names every argument it takes (no **kwargs)."""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None,  # type: ignore[override]
+              tag: str = "") -> CounterObservation:
+        return super().reset(seed=seed, episode_id=episode_id, tag=tag)
+
+
 class BrokenFactoryEnvironment(CounterEnvironment):
     """Its constructor always fails."""
 

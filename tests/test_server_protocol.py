@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from websockets.exceptions import ConnectionClosedOK
@@ -99,10 +100,28 @@ def test_validation_error_lists_the_fields(counter_url: str) -> None:
         assert locations == [("amount",), ("sleep_s",)]
 
 
-def test_unknown_reset_arguments_are_ignored_and_known_ones_passed(counter_url: str) -> None:
+def test_reset_arguments_reach_a_reset_that_takes_any(counter_url: str) -> None:
     with ws(counter_url) as sock:
         reply = ask(sock, {"type": "reset", "data": {"tag": "t1", "prompt": "dataset column"}})
         assert reply["data"]["observation"]["tag"] == "t1"
+
+
+def test_reset_arguments_the_environment_does_not_take_are_dropped_and_logged_once(
+        transport: str, caplog: pytest.LogCaptureFixture) -> None:
+    from sample_envs import CounterAction, CounterObservation, StrictResetEnvironment
+
+    from envkit import create_app
+    from envkit.testing import running_server
+
+    caplog.set_level(logging.WARNING, logger="envkit.server")
+    app = create_app(StrictResetEnvironment, CounterAction, CounterObservation)
+    with running_server(app, transport=transport) as url, ws(url) as sock:
+        for tag in ("t1", "t2"):
+            reply = ask(sock, {"type": "reset", "data": {"tag": tag, "prompt": "dataset column"}})
+            assert reply["type"] == "observation" and reply["data"]["observation"]["tag"] == tag
+    warnings = [record.getMessage() for record in caplog.records if "reset ignores" in record.getMessage()]
+    assert len(warnings) == 1   # once per set of ignored names, not once per reset
+    assert warnings[0].startswith("reset ignores prompt: the environment's reset() takes only episode_id, seed, tag")
 
 
 def test_environment_returning_a_non_observation_is_an_execution_error(transport: str) -> None:

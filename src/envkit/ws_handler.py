@@ -77,6 +77,7 @@ class SessionHandler:
         self.pool = pool
         self.max_message_bytes = max_message_bytes
         self.reset_names = reset_parameters(env_class)
+        self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
         self.inline_factory = env_class.RUN_INLINE
 
     async def __call__(self, websocket: WebSocket) -> None:
@@ -199,6 +200,12 @@ class SessionHandler:
             raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
         if self.reset_names is None:
             return data
+        ignored = frozenset(data) - self.reset_names
+        if ignored and ignored not in self._ignored_reset_names:
+            self._ignored_reset_names.add(ignored)
+            logger.warning("reset ignores %s: the environment's reset() takes only %s (as OpenEnv servers do, "
+                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)),
+                           ", ".join(sorted(self.reset_names)) or "no arguments")
         return {key: value for key, value in data.items() if key in self.reset_names}
 
     async def _call(self, session: Session, data: Any) -> str:
