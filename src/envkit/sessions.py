@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import secrets
 import time
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -37,7 +37,7 @@ class Session:
     """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
 
     def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer) -> None:
-        self.id = uuid.uuid4().hex
+        self.id = secrets.token_hex(16)
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
