@@ -119,7 +119,7 @@ def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, ser
 
 def test_network_cut_is_detected_by_keepalive(echo_url: str) -> None:
     with FreezableProxy(echo_url) as proxy:
-        env = EnvClient(proxy.url, ping_interval=0.3, ping_timeout=0.3, message_timeout=120).sync()
+        env = EnvClient(proxy.url, ping_interval=0.3, ping_timeout=1.0, message_timeout=120).sync()
         env.reset()
         proxy.freeze()
         with pytest.raises(SessionLostError) as lost:
