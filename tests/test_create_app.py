@@ -30,6 +30,8 @@ def test_concurrency_above_one_needs_the_declaration_and_builds_nothing() -> Non
     ({"max_concurrent_envs": 0}, "at least 1"),
     ({"session_timeout_s": 0}, "positive"),
     ({"capacity_wait_s": -1}, "0 or more seconds"),
+    ({"ping_interval_s": 0}, "ping_interval_s must be positive or None"),
+    ({"ping_timeout_s": 0}, "ping_timeout_s positive"),
 ])
 def test_bad_settings(settings: dict, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

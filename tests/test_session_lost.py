@@ -117,6 +117,36 @@ def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, ser
     assert marker.read_text().count("closed") == 3
 
 
+def test_a_client_that_vanishes_is_dropped_by_the_server_keepalive(transport: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The network to a client dies silently (no FIN, no RST): the server's pings go unanswered, so it ends the
+    session, runs env.close() and frees the slot, long before the idle timeout (300 s here)."""
+    marker = tmp_path / "closed.txt"
+    monkeypatch.setenv("ENVKIT_TEST_CLOSE_MARKER", str(marker))
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
+                     ping_interval_s=0.5, ping_timeout_s=0.5)
+    with running_server(app, transport=transport) as url, FreezableProxy(url) as proxy, \
+            connect(websocket_url(proxy.url), proxy=None, ping_interval=None, close_timeout=0.5) as sock:
+        sock.send('{"type": "reset"}')
+        sock.recv(timeout=10)
+        assert EnvClient(url).sync().health()["active_sessions"] == 1
+        proxy.freeze()
+        deadline = time.monotonic() + 15
+        while EnvClient(url).sync().health()["active_sessions"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert EnvClient(url).sync().health()["active_sessions"] == 0, "the vanished client still holds its slot"
+        assert marker.read_text().count("closed") == 1
+
+
+def test_a_quiet_client_that_answers_pings_keeps_its_session(transport: str) -> None:
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
+                     ping_interval_s=0.5, ping_timeout_s=0.5)
+    with running_server(app, transport=transport) as url, EnvClient(url, ping_interval=None).sync() as env:
+        env.reset()
+        time.sleep(2.0)   # several ping rounds with no message from the client; its WebSocket layer answers them
+        assert env.step({"amount": 3}).observation["total"] == 3
+
+
 def test_network_cut_is_detected_by_keepalive(echo_url: str) -> None:
     with FreezableProxy(echo_url) as proxy:
         env = EnvClient(proxy.url, ping_interval=0.3, ping_timeout=1.0, message_timeout=120).sync()

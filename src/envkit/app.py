@@ -36,6 +36,8 @@ def create_app(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int | None = None,
     capacity_wait_s: float = 1.0,
+    ping_interval_s: float | None = 20.0,
+    ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
@@ -52,6 +54,10 @@ def create_app(
         max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
         capacity_wait_s: a connection that finds every slot taken waits this long for one that a closing
             session gives back before it is refused (0: refuse at once). The picows transport refuses at once.
+        ping_interval_s: the server pings a client after this many seconds (None: never); a client that
+            does not answer within `ping_timeout_s` is gone (a cut network, a dead host) and its session ends,
+            freeing the slot well before `session_timeout_s`.
+        ping_timeout_s: seconds to wait for the pong.
         metadata: extra fields for `/metadata`.
 
     Raises:
@@ -76,7 +82,11 @@ def create_app(
     tools = tool_specs(env_class)
     if capacity_wait_s < 0:
         raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
-    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s)
+    if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
+        raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
+                                 f"{ping_interval_s} and {ping_timeout_s}")
+    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
+                       ping_timeout_s)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
 
     @contextlib.asynccontextmanager

@@ -40,6 +40,7 @@ from picows import (
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
+from .errors import ConfigurationError
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .routes import Documents
 from .sessions import Session
@@ -47,9 +48,6 @@ from .ws_handler import Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
 
-#: Keepalive as uvicorn does it: ping after 20 s without traffic, drop the peer 20 s later without a pong.
-PING_INTERVAL_S = 20.0
-PING_TIMEOUT_S = 20.0
 #: picows's receive buffer per connection starts this small (its default is 16 kB) and grows for larger frames.
 READ_BUFFER_BYTES = 2048
 #: Time given to sockets to send their close frames and to environments to close at shutdown.
@@ -213,6 +211,12 @@ class PicowsServer:
         handler, documents = getattr(app, "session_handler", None), getattr(app, "documents", None)
         if handler is None or documents is None:
             raise TypeError(f"PicowsServer serves apps made by envkit.create_app, got {type(app).__name__}")
+        pool = handler.pool
+        if pool.ping_interval_s is not None and pool.ping_timeout_s > pool.ping_interval_s:
+            raise ConfigurationError(
+                f"the picows transport waits for a pong only until the next ping is due: ping_timeout_s "
+                f"({pool.ping_timeout_s:g}) must not exceed ping_interval_s ({pool.ping_interval_s:g}); lower the "
+                "timeout (--ping-timeout) or serve with uvicorn")
         self.handler: SessionHandler = handler
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
@@ -252,9 +256,11 @@ class PicowsServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port`; returns the bound port."""
+        pool = self.handler.pool   # keepalive: ping a quiet client, drop it when no pong comes in time
         self.server = await ws_create_server(
-            self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes, enable_auto_ping=True,
-            auto_ping_idle_timeout=PING_INTERVAL_S, auto_ping_reply_timeout=PING_TIMEOUT_S,
+            self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes,
+            enable_auto_ping=pool.ping_interval_s is not None, auto_ping_idle_timeout=pool.ping_interval_s or 20.0,
+            auto_ping_reply_timeout=pool.ping_timeout_s,
             read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=10, logger_name="envkit.picows")
         return self.server.sockets[0].getsockname()[1]
 

@@ -26,9 +26,13 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
 
     `compression`: accept permessage-deflate when a client offers it (OpenEnv's client does). Off by
     default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
+    Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`).
     """
+    pool = getattr(getattr(app, "state", None), "envkit_pool", None)
+    keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
+                                         "ws_ping_timeout": pool.ping_timeout_s}
     settings: dict[str, Any] = {
-        "ws": "websockets-sansio", "ws_max_size": MAX_FRAME_BYTES,
+        **keepalive, "ws": "websockets-sansio", "ws_max_size": MAX_FRAME_BYTES,
         "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": "auto",
         "lifespan": "on", **overrides,
     }

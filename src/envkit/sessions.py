@@ -107,10 +107,15 @@ class SessionPool:
     RECLAIM_MIN_CLOSED = 64
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
-                 capacity_wait_s: float = 0.0) -> None:
+                 capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
+                 ping_timeout_s: float = 20.0) -> None:
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
+        #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
+        #: end its session when no pong comes within `ping_timeout_s`, so a vanished client frees its slot.
+        self.ping_interval_s = ping_interval_s
+        self.ping_timeout_s = ping_timeout_s
         self._reserved = 0
         self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}

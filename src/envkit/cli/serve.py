@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from functools import partial
+from typing import Any
 
 import click
 
@@ -19,13 +20,17 @@ from ..errors import ConfigurationError
               help="Sessions open at once [default: $MAX_CONCURRENT_ENVS, else 64, or 1 for single-session envs].")
 @click.option("--session-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
+@click.option("--ping-interval", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
+@click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
+              help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
               help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
                    "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            transport: str, log_level: str) -> None:
+            ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
@@ -52,7 +57,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
 
         serve = partial(run_server, log_level=log_level)
 
-    settings = {}
+    settings: dict[str, Any] = {"ping_interval_s": ping_interval or None, "ping_timeout_s": ping_timeout}
     if max_concurrent_envs is not None:
         settings["max_concurrent_envs"] = max_concurrent_envs
     if session_timeout is not None:
@@ -70,4 +75,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
 
-    serve(app, host, port, on_started=announce)
+    try:
+        serve(app, host, port, on_started=announce)
+    except ConfigurationError as error:   # settings the chosen transport cannot honour
+        raise click.UsageError(str(error)) from None
