@@ -87,6 +87,9 @@ class _Resumed:
         while True:
             try:
                 sent = yield waiting_on
+            except GeneratorExit:   # the task is being destroyed (its loop closed): close the coroutine with it
+                coro.close()
+                raise
             except BaseException as error:  # noqa: BLE001 — thrown into the task: pass it on to the coroutine
                 try:
                     waiting_on = coro.throw(error)

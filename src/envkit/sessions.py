@@ -122,6 +122,7 @@ class SessionPool:
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
         self._reaper: asyncio.Task[None] | None = None
+        self._reaping: set[asyncio.Task[None]] = set()   # sessions the reaper is ending
         self._closed_since_reclaim = 0
         self._reclaim: asyncio.TimerHandle | None = None
         self.shutting_down = False
@@ -198,10 +199,12 @@ class SessionPool:
             await asyncio.sleep(interval)
             deadline = time.monotonic() - self.idle_timeout_s
             idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
-            for session in idle:
-                logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
             reason = f"idle timeout: no message for {self.idle_timeout_s:g}s"
-            await asyncio.gather(*(session.end(CloseCode.IDLE_TIMEOUT, reason) for session in idle))
+            for session in idle:   # each ends on its own task: an env whose close() hangs holds up no other
+                logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
+                ending = asyncio.get_running_loop().create_task(session.end(CloseCode.IDLE_TIMEOUT, reason))
+                self._reaping.add(ending)
+                ending.add_done_callback(self._reaping.discard)
 
     async def shutdown(self) -> None:
         """Refuse new sessions, close every socket with 1001 and every environment; idempotent."""
@@ -217,5 +220,6 @@ class SessionPool:
             self._reclaim.cancel()
             self._reclaim = None
         sessions = list(self._sessions.values())
-        await asyncio.gather(*(s.end(CloseCode.SHUTDOWN, "server shutting down") for s in sessions))
+        await asyncio.gather(*(s.end(CloseCode.SHUTDOWN, "server shutting down") for s in sessions),
+                             *list(self._reaping))
         self._executor.shutdown(wait=False, cancel_futures=True)
