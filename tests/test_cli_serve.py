@@ -36,6 +36,7 @@ def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     (["serve", "echo", "--bogus"], "No such option '--bogus'"),
     (["serve", "echo", "--transport", "hypercorn"], "Invalid value for '--transport'"),
     (["serve", "echo", "--ping-timeout", "0"], "Invalid value for '--ping-timeout'"),
+    (["serve", "echo", "--capacity-wait", "-1"], "Invalid value for '--capacity-wait'"),
     (["serve", "echo", "--ping-interval", "-1"], "Invalid value for '--ping-interval'"),
     (["serve", "echo", "--transport", "picows", "--ping-interval", "5", "--ping-timeout", "10"],
      "ping_timeout_s (10) must not exceed ping_interval_s (5); lower the timeout (--ping-timeout)"),
@@ -69,9 +70,11 @@ def test_serve_flag_beats_the_environment_and_an_env_folder_path_works(serve_arg
 
 
 def test_serve_module_class_target(serve_args: tuple[str, ...]) -> None:
-    with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", *serve_args, env=subprocess_env()) as served:
+    with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", "--capacity-wait", "0.5",
+                       "--ping-interval", "10", "--ping-timeout", "5", *serve_args, env=subprocess_env()) as served:
         metadata = httpx.get(served.url + "/metadata", trust_env=False).json()
         assert metadata["name"] == "CounterEnvironment" and metadata["session_timeout_s"] == 30
+        assert (metadata["capacity_wait_s"], metadata["ping_interval_s"], metadata["ping_timeout_s"]) == (0.5, 10, 5)
         with EnvClient(served.url).sync() as env:
             env.reset()
             assert env.call("add", amount=4).observation["total"] == 4

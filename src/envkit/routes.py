@@ -45,6 +45,9 @@ class Documents:
             "supports_concurrent_sessions": env_class.SUPPORTS_CONCURRENT_SESSIONS,
             "max_concurrent_envs": pool.max_sessions,
             "session_timeout_s": pool.idle_timeout_s,
+            "capacity_wait_s": pool.capacity_wait_s,
+            "ping_interval_s": pool.ping_interval_s,
+            "ping_timeout_s": pool.ping_timeout_s,
             "tools": list(tools),
             **{key: value for key, value in metadata.items() if key != "version"},
         }

@@ -20,6 +20,9 @@ from ..errors import ConfigurationError
               help="Sessions open at once [default: $MAX_CONCURRENT_ENVS, else 64, or 1 for single-session envs].")
 @click.option("--session-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
+@click.option("--capacity-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="When every slot is taken, a new connection waits this many seconds for a closing session's "
+                   "slot before it is refused (uvicorn transport).")
 @click.option("--ping-interval", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
@@ -30,7 +33,7 @@ from ..errors import ConfigurationError
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
+            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
@@ -57,7 +60,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
 
         serve = partial(run_server, log_level=log_level)
 
-    settings: dict[str, Any] = {"ping_interval_s": ping_interval or None, "ping_timeout_s": ping_timeout}
+    settings: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
+                                "ping_timeout_s": ping_timeout}
     if max_concurrent_envs is not None:
         settings["max_concurrent_envs"] = max_concurrent_envs
     if session_timeout is not None:
