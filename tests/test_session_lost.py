@@ -119,11 +119,12 @@ def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, ser
 def test_a_client_that_vanishes_is_dropped_by_the_server_keepalive(transport: str, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The network to a client dies silently (no FIN, no RST): the server's pings go unanswered, so it ends the
-    session, runs env.close() and frees the slot, long before the idle timeout (300 s here)."""
+    session, runs env.close() and frees the slot, long before the idle timeout (300 s here). The pong timeout is
+    longer than the ping interval, which both transports honour."""
     marker = tmp_path / "closed.txt"
     monkeypatch.setenv("ENVKIT_TEST_CLOSE_MARKER", str(marker))
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
-                     ping_interval_s=1.0, ping_timeout_s=1.0)
+                     ping_interval_s=0.5, ping_timeout_s=1.5)
     with running_server(app, transport=transport) as url, FreezableProxy(url) as proxy, \
             connect(websocket_url(proxy.url), proxy=None, ping_interval=None, close_timeout=0.5) as sock:
         sock.send('{"type": "reset"}')

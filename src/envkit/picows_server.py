@@ -4,7 +4,8 @@
 close codes, idle reaping, keepalive and shutdown are those of the uvicorn transport; both take
 the frame answering from `SessionHandler` and the HTTP documents from `Documents`. What differs
 is the machinery underneath: frames arrive in picows callbacks, and a frame of a `RUN_INLINE`
-environment is answered inside its callback, with no task per connection or per message.
+environment is answered inside its callback, with no task per connection or per message (keepalive
+pings come from the session pool's one sweep over all sessions).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
 HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
@@ -40,7 +41,6 @@ from picows import (
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
-from .errors import ConfigurationError
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .routes import Documents
 from .sessions import Session
@@ -119,7 +119,7 @@ class SessionListener(WSListener):
 
     def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int) -> None:
         self.handler = handler
-        self.session = Session(handler.pool, env, self.close_socket)
+        self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping)
         self.with_text = with_text
         self.max_frame_bytes = max_frame_bytes
         self.transport: WSTransport | None = None
@@ -136,6 +136,11 @@ class SessionListener(WSListener):
         if transport is not None and not transport.is_disconnected:
             transport.send_close(WSCloseCode(code), reason.encode())
             transport.disconnect()
+
+    def send_ping(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send_ping()
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
@@ -154,6 +159,9 @@ class SessionListener(WSListener):
             if not frame.fin:
                 return
             raw, self.fragments = bytes(self.fragments), None
+        elif kind is WSMsgType.PONG:
+            self.session.pong_received()
+            return
         elif kind is WSMsgType.CLOSE:
             transport.send_close(frame.get_close_code())
             transport.disconnect()
@@ -214,12 +222,6 @@ class PicowsServer:
         handler, documents = getattr(app, "session_handler", None), getattr(app, "documents", None)
         if handler is None or documents is None:
             raise TypeError(f"PicowsServer serves apps made by envkit.create_app, got {type(app).__name__}")
-        pool = handler.pool
-        if pool.ping_interval_s is not None and pool.ping_timeout_s > pool.ping_interval_s:
-            raise ConfigurationError(
-                f"the picows transport waits for a pong only until the next ping is due: ping_timeout_s "
-                f"({pool.ping_timeout_s:g}) must not exceed ping_interval_s ({pool.ping_interval_s:g}); lower the "
-                "timeout (--ping-timeout) or serve with uvicorn")
         self.handler: SessionHandler = handler
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
@@ -259,11 +261,9 @@ class PicowsServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port`; returns the bound port."""
-        pool = self.handler.pool   # keepalive: ping a quiet client, drop it when no pong comes in time
+        # Keepalive is the session pool's sweep (see SessionPool), not picows's task per connection.
         self.server = await ws_create_server(
             self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes,
-            enable_auto_ping=pool.ping_interval_s is not None, auto_ping_idle_timeout=pool.ping_interval_s or 20.0,
-            auto_ping_reply_timeout=pool.ping_timeout_s,
             read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=10, logger_name="envkit.picows")
         return self.server.sockets[0].getsockname()[1]
 

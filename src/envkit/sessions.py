@@ -1,6 +1,7 @@
 """Sessions: one environment per connection, a capacity limit, idle reaping and shutdown.
 
-`SessionPool` owns the count of open sessions and the idle reaper. `Session` drives one
+`SessionPool` owns the count of open sessions and one sweep over them that reaps idle sessions
+and, for transports that leave keepalive to it, pings quiet clients. `Session` drives one
 environment instance, calling it on the event loop (`RUN_INLINE` environments and `*_async`
 overrides) or on a bounded shared thread pool, so slow synchronous code never stalls other
 sessions and the number of threads never grows with the number of sessions.
@@ -31,17 +32,23 @@ logger = logging.getLogger("envkit.server")
 __all__ = ["Session", "SessionPool"]
 
 Closer = Callable[[int, str], Awaitable[None]]
+Pinger = Callable[[], None]
 
 
 class Session:
     """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
 
-    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer) -> None:
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer, ping: Pinger | None = None) -> None:
         self.id = secrets.token_hex(16)
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
+        #: Sends a WebSocket ping: given by transports whose keepalive the pool runs; None where the transport pings.
+        self.ping = ping
         self.last_active = time.monotonic()
+        self.last_pong = 0.0
+        #: When the pong to an unanswered ping is due (monotonic seconds), or None.
+        self.pong_due: float | None = None
         self.busy = False
         self.has_reset = False
         self.ended: tuple[int, str] | None = None
@@ -79,6 +86,10 @@ class Session:
     async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         return await self.run(getattr(self.env, spec.name), **arguments)
 
+    def pong_received(self) -> None:
+        self.pong_due = None
+        self.last_pong = time.monotonic()
+
     async def end(self, code: int, reason: str) -> None:
         """Close the socket with `code` (if still open) and release the environment; idempotent."""
         if self.ended is not None:
@@ -96,7 +107,11 @@ class Session:
 
 
 class SessionPool:
-    """Counts sessions against a limit, reaps idle ones and closes all of them at shutdown.
+    """Counts sessions against a limit, reaps idle ones, pings quiet ones and closes all of them at shutdown.
+
+    Keepalive is one sweep over all sessions rather than a timer per connection: a session whose
+    client has sent nothing (no message, no pong) for `ping_interval_s` is pinged, and one whose
+    pong is `ping_timeout_s` late is ended with 1011. Only sessions given a `ping` take part.
 
     When the last session of a burst closes and no other opens for `RECLAIM_AFTER_S`, the
     memory the burst used is given back to the OS (`release_memory`).
@@ -121,8 +136,8 @@ class SessionPool:
         self._sessions: dict[str, Session] = {}
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
-        self._reaper: asyncio.Task[None] | None = None
-        self._reaping: set[asyncio.Task[None]] = set()   # sessions the reaper is ending
+        self._sweeper: asyncio.Task[None] | None = None
+        self._ending: set[asyncio.Task[None]] = set()   # sessions the sweep is ending
         self._closed_since_reclaim = 0
         self._reclaim: asyncio.TimerHandle | None = None
         self.shutting_down = False
@@ -183,8 +198,8 @@ class SessionPool:
 
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
-        if self.idle_timeout_s and self._reaper is None:
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever(), name="envkit-reaper")
+        if self._sweeper is None and (self.idle_timeout_s or (session.ping and self.ping_interval_s)):
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="envkit-sweep")
 
     def forget(self, session: Session) -> None:
         self._sessions.pop(session.id, None)
@@ -192,19 +207,46 @@ class SessionPool:
     async def run_in_worker(self, function: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 
-    async def _reap_forever(self) -> None:
-        assert self.idle_timeout_s
-        interval = min(1.0, self.idle_timeout_s / 4)
+    async def _sweep_forever(self) -> None:
+        periods = (self.idle_timeout_s, self.ping_interval_s and min(self.ping_interval_s, self.ping_timeout_s))
+        interval = min([1.0] + [period / 4 for period in periods if period])
         while True:
             await asyncio.sleep(interval)
-            deadline = time.monotonic() - self.idle_timeout_s
-            idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
-            reason = f"idle timeout: no message for {self.idle_timeout_s:g}s"
-            for session in idle:   # each ends on its own task: an env whose close() hangs holds up no other
-                logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
-                ending = asyncio.get_running_loop().create_task(session.end(CloseCode.IDLE_TIMEOUT, reason))
-                self._reaping.add(ending)
-                ending.add_done_callback(self._reaping.discard)
+            now = time.monotonic()
+            if self.idle_timeout_s:
+                self._reap_idle(now - self.idle_timeout_s)
+            if self.ping_interval_s:
+                self._keep_alive(now, now - self.ping_interval_s)
+
+    def _reap_idle(self, deadline: float) -> None:
+        idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
+        reason = f"idle timeout: no message for {self.idle_timeout_s:g}s"
+        for session in idle:
+            logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
+            self._end_in_background(session, CloseCode.IDLE_TIMEOUT, reason)
+
+    def _keep_alive(self, now: float, quiet_since: float) -> None:
+        late = []
+        for session in self._sessions.values():
+            if session.ping is None:
+                continue
+            if session.pong_due is not None:
+                if session.pong_due <= now:
+                    late.append(session)
+            elif session.last_active < quiet_since and session.last_pong < quiet_since:
+                session.pong_due = now + self.ping_timeout_s
+                session.ping()
+        reason = f"keepalive ping timeout: no pong within {self.ping_timeout_s:g}s"
+        for session in late:
+            logger.info("ending session %s: its client did not answer a ping within %gs", session.id,
+                        self.ping_timeout_s)
+            self._end_in_background(session, CloseCode.INTERNAL_ERROR, reason)
+
+    def _end_in_background(self, session: Session, code: int, reason: str) -> None:
+        """End a session on a task of its own: an env whose close() hangs holds up no other."""
+        ending = asyncio.get_running_loop().create_task(session.end(code, reason))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
 
     async def shutdown(self) -> None:
         """Refuse new sessions, close every socket with 1001 and every environment; idempotent."""
@@ -213,13 +255,13 @@ class SessionPool:
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
                 waiter.set_result(False)
-        if self._reaper is not None:
-            self._reaper.cancel()
-            self._reaper = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._reclaim is not None:
             self._reclaim.cancel()
             self._reclaim = None
         sessions = list(self._sessions.values())
         await asyncio.gather(*(s.end(CloseCode.SHUTDOWN, "server shutting down") for s in sessions),
-                             *list(self._reaping))
+                             *list(self._ending))
         self._executor.shutdown(wait=False, cancel_futures=True)
