@@ -15,6 +15,7 @@ import pytest
 
 from envkit import Action, Environment, Observation, State, create_app
 from envkit.bench import available_clients, run_churn, run_load, run_ramp, run_sync
+from envkit.bench.raw_client import RawWebSocket, client_frame, endpoint
 from envkit.bench.script import ActionTemplate, SessionScript, Tally
 from envkit.testing import running_server
 
@@ -172,11 +173,102 @@ def test_ramp_stops_at_its_maximum(echo: str) -> None:
     assert result.stopped_because == "reached the ramp maximum of 6 sessions"
 
 
-def test_churn_opens_and_closes_sessions(echo: str) -> None:
-    result = run_sync(run_churn(echo, 0.3, workers=2))
+@pytest.mark.parametrize("client", ["auto", *available_clients()])
+def test_churn_opens_and_closes_sessions(echo: str, client: str) -> None:
+    result = run_sync(run_churn(echo, 0.3, workers=2, client=client))
+    assert result.client == ("raw" if client == "auto" else client)
     assert result.sessions > 0
     assert result.failures == {}
     assert result.sessions_per_s > 0
+
+
+@pytest.mark.parametrize("transport", ["uvicorn", "picows"])
+def test_raw_client_answers_the_server_keepalive(transport: str) -> None:
+    """Sessions held quiet for several ping rounds survive only if the client answers each ping."""
+    app = create_app(Echo, Said, Heard, max_concurrent_envs=8, ping_interval_s=0.2, ping_timeout_s=0.3)
+
+    async def hold() -> None:
+        await asyncio.sleep(1.5)
+
+    with running_server(app, transport=transport) as url:
+        result = run_sync(run_load(url, 3, 2, client="raw", on_open=hold))
+    assert (result.sessions_ok, result.steps, result.failures) == (3, 6, {})
+
+
+@pytest.mark.parametrize("transport", ["uvicorn", "picows"])
+def test_raw_client_reports_a_refused_handshake(transport: str) -> None:
+    with running_server(create_app(Echo, Said, Heard), transport=transport) as url:
+        result = run_sync(run_load(url.replace("http://", "ws://") + "/nowhere", 2, 1, client="raw"))
+    assert result.sessions_ok == 0
+    [(reason, count)] = result.failures.items()
+    assert count == 2 and reason.startswith("connect: server answered 40"), reason
+
+
+def test_raw_client_frames_are_masked_and_sized_for_every_length_class() -> None:
+    for length in (0, 5, 125, 126, 65535, 65536):
+        payload = bytes(range(256)) * (length // 256) + bytes(range(length % 256))
+        frame = client_frame(0x1, payload)
+        assert frame[0] == 0x81 and frame[1] & 0x80, "final text frame, masked"
+        size, offset = frame[1] & 0x7F, 2
+        if size == 126:
+            size, offset = int.from_bytes(frame[2:4], "big"), 4
+        elif size == 127:
+            size, offset = int.from_bytes(frame[2:10], "big"), 10
+        mask, body = frame[offset:offset + 4], frame[offset + 4:]
+        assert size == len(body) == length
+        assert bytes(byte ^ mask[index % 4] for index, byte in enumerate(body)) == payload
+
+
+def test_raw_client_reads_split_fragmented_and_control_frames() -> None:
+    """Server bytes cut at every boundary: a fragmented message, a ping between its parts, a 126-length message
+    and a close frame, each read whole; the ping is answered with a pong."""
+
+    class Recorder(RawWebSocket):
+        def __init__(self) -> None:
+            super().__init__(endpoint("ws://127.0.0.1:9/ws"))
+            self.messages: list[bytes] = []
+            self.closes: list[tuple[int | None, str]] = []
+
+        def on_message(self, payload: bytes) -> None:
+            self.messages.append(payload)
+
+        def on_close(self, code: int | None, reason: str) -> None:
+            self.closes.append((code, reason))
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written: list[bytes] = []
+            self.closing = False
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+        def is_closing(self) -> bool:
+            return self.closing
+
+        def close(self) -> None:
+            self.closing = True
+
+    long_message = b"x" * 300
+    server_bytes = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"
+                    + bytes([0x01, 3]) + b"abc" + bytes([0x89, 2]) + b"hi" + bytes([0x80, 3]) + b"def"
+                    + bytes([0x81, 126]) + (300).to_bytes(2, "big") + long_message
+                    + bytes([0x88, 6]) + (4408).to_bytes(2, "big") + b"idle")
+
+    async def feed(chunk: int) -> tuple[Recorder, Transport]:
+        recorder, transport = Recorder(), Transport()
+        recorder.connection_made(transport)  # type: ignore[arg-type]
+        for start in range(0, len(server_bytes), chunk):
+            recorder.data_received(server_bytes[start:start + chunk])
+        return recorder, transport
+
+    for chunk in (1, 2, 7, len(server_bytes)):
+        recorder, transport = asyncio.run(feed(chunk))
+        assert recorder.messages == [b"abcdef", long_message]
+        assert recorder.closes == [(4408, "idle")]
+        assert transport.closing
+        opcodes = [frame[0] & 0x0F for frame in transport.written[1:]]
+        assert opcodes == [0xA, 0x8], "a pong for the ping, then the close echoed"
 
 
 def test_step_tokens_are_unique_per_session_and_step() -> None:

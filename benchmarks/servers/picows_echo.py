@@ -9,7 +9,6 @@ server on one core. `GET /health` answers 200 so the benchmark can wait for it l
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 import uvloop
 from picows import WSListener, WSMsgType, WSTransport, WSUpgradeRequest, WSUpgradeResponse, \

@@ -1,4 +1,4 @@
-"""Moving a `SessionScript`'s frames over a WebSocket: picows (fast) or websockets (fallback).
+"""Moving a `SessionScript`'s frames over a WebSocket: picows (fast), raw (fastest to open), or websockets.
 
 Both drivers offer the same three steps: `open()` connects and resets, `run_steps()` sends the
 steps and returns when the session has ended, `close()` closes the socket (bounded in time).
@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 from typing import Protocol
 
+from .raw_client import RawWebSocket, endpoint, open_connection
 from .script import SessionScript
 
-__all__ = ["Driver", "PicowsDriver", "WebsocketsDriver", "driver_class", "available_clients"]
+__all__ = ["Driver", "PicowsDriver", "RawDriver", "WebsocketsDriver", "driver_class", "available_clients"]
 
 CLOSE_TIMEOUT_S = 5.0
 MAX_FRAME_BYTES = 16 << 20
@@ -123,6 +124,85 @@ class PicowsDriver:
             transport.disconnect(graceful=False)
 
 
+class _ScriptedSocket(RawWebSocket):
+    """A raw connection that plays a script: each reply is answered inside `data_received`."""
+
+    def __init__(self, url: str, script: SessionScript, ready: asyncio.Future[None]) -> None:
+        super().__init__(endpoint(url))
+        self.script = script
+        self.ready = ready
+        self.done: asyncio.Future[None] = ready.get_loop().create_future()
+
+    def on_open(self) -> None:
+        self.send(self.script.reset_frame())
+
+    def on_message(self, payload: bytes) -> None:
+        reply = self.script.on_reply(payload)
+        if reply is not None:
+            self.send(reply)
+        else:
+            self._settle()
+
+    def on_refused(self, status_line: str) -> None:
+        self.script.fail(f"connect: server answered {status_line.partition(' ')[2] or repr(status_line)}")
+        self._settle()
+
+    def on_close(self, code: int | None, reason: str) -> None:
+        self.script.closed(code, reason)
+        self._settle()
+
+    def on_lost(self) -> None:
+        self.script.closed(None)
+        self._settle()
+
+    def _settle(self) -> None:
+        script = self.script
+        if (script.ready or script.outcome is not None) and not self.ready.done():
+            self.ready.set_result(None)
+        if script.outcome is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+class RawDriver:
+    """A session over `raw_client`: the cheapest connection setup, for churn runs; plain ws:// only."""
+
+    name = "raw"
+
+    def __init__(self, url: str, script: SessionScript) -> None:
+        self.url = url
+        self.script = script
+        self.connection: _ScriptedSocket | None = None
+
+    async def open(self) -> None:
+        ready = asyncio.get_running_loop().create_future()
+        self.script.connecting()
+        try:
+            self.connection = _ScriptedSocket(self.url, self.script, ready)
+            await open_connection(self.connection)
+        except Exception as error:
+            self.connection = None
+            self.script.fail(_connect_failure(error))
+            return
+        await ready
+
+    async def run_steps(self) -> None:
+        assert self.connection is not None
+        if self.script.outcome is None:
+            self.connection.send(self.script.step_frame())
+        await self.connection.done
+
+    async def close(self) -> None:
+        connection = self.connection
+        if connection is None or connection.lost.done():
+            return
+        connection.send_close()
+        give_up = asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, connection.abort)
+        try:
+            await connection.lost
+        finally:
+            give_up.cancel()
+
+
 class WebsocketsDriver:
     """A session over the `websockets` library: one coroutine per session, one await per reply."""
 
@@ -170,22 +250,24 @@ class WebsocketsDriver:
 
 
 def available_clients() -> list[str]:
-    """Client libraries usable here, fastest first."""
+    """Client libraries usable here, fastest stepping first."""
     try:
         import picows  # noqa: F401
     except ImportError:
-        return ["websockets"]
-    return ["picows", "websockets"]
+        return ["raw", "websockets"]
+    return ["picows", "raw", "websockets"]
 
 
-def driver_class(client: str) -> type[PicowsDriver] | type[WebsocketsDriver]:
-    """The driver for `client` ("auto", "picows" or "websockets")."""
+def driver_class(client: str) -> type[PicowsDriver] | type[RawDriver] | type[WebsocketsDriver]:
+    """The driver for `client` ("auto", "picows", "raw" or "websockets")."""
     if client == "auto":
         client = available_clients()[0]
     if client == "picows":
         if "picows" not in available_clients():
-            raise ValueError("the picows client is not installed; pip install 'envkit[bench]' or use --client websockets")
+            raise ValueError("the picows client is not installed; pip install 'envkit[bench]' or use --client raw")
         return PicowsDriver
+    if client == "raw":
+        return RawDriver
     if client == "websockets":
         return WebsocketsDriver
-    raise ValueError(f"unknown client {client!r}; choose auto, picows or websockets")
+    raise ValueError(f"unknown client {client!r}; choose auto, picows, raw or websockets")

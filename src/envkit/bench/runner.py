@@ -172,9 +172,12 @@ async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, step
 
 async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str = "auto",
                     progress: Progress | None = None) -> ChurnResult:
-    """`workers` loops each opening a session, resetting it and closing it, again and again, for `seconds`."""
-    driver_cls = driver_class(client)
+    """`workers` loops each opening a session, resetting it and closing it, again and again, for `seconds`.
+
+    `client="auto"` picks the raw client for `ws://` URLs: opening connections is its strength.
+    """
     url = websocket_url(url)
+    driver_cls = driver_class("raw" if client == "auto" and url.startswith("ws://") else client)
     tally = Tally()
     template = ActionTemplate()
     run_id = secrets.token_hex(3)

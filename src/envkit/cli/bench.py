@@ -54,8 +54,8 @@ def _progress_printer(enabled: bool) -> Any:
               help="Keep all sessions open this many seconds after reset, before the steps.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="Stop a load run after this many seconds, whatever is left.")
-@click.option("--client", type=click.Choice(["auto", "picows", "websockets"]), default="auto", show_default=True,
-              help="Client library (auto: picows when installed).")
+@click.option("--client", type=click.Choice(["auto", "picows", "raw", "websockets"]), default="auto", show_default=True,
+              help="Client library (auto: picows when installed; raw for --churn).")
 @click.option("--connect-concurrency", type=click.IntRange(min=1), default=128, show_default=True,
               help="WebSocket handshakes in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
