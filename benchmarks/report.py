@@ -67,15 +67,18 @@ def tables(report: dict[str, Any]) -> str:
                                       ("picows", 64), ("picows", 256))]
         lines.append(f"| {s[key]['label']} | " + " | ".join(cells) + " |")
     lines += ["", "| server | held open at once (≥95% ok, 60 s) | kB per open session | RSS after close ÷ idle | "
-              "threads idle / held | sessions opened+closed/s | server CPU ms/session | load generator CPU (max) |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "threads idle / held | sessions opened+closed/s | ÷ OpenEnv | server CPU ms/session | "
+              "load generator CPU: churn / steps (max) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    openenv_churn = (s.get("openenv", {}).get("churn") or {}).get("sessions_per_s")
     for key in present:
         memory, churn, ramp = s[key]["memory"] or {}, s[key]["churn"] or {}, s[key]["ramp"] or {}
+        churn_cpu = f"{churn['loadgen_cpu']:.0%}" if "loadgen_cpu" in churn else "-"
         lines.append(f"| {s[key]['label']} | {_num(ramp.get('max_sessions_held'))} | "
                      f"{_num(memory.get('kb_per_session'), 1)} | {_num(memory.get('after_vs_idle'), 2)} | "
                      f"{memory.get('threads_idle', '-')} / {memory.get('threads_held', '-')} | "
-                     f"{_num(churn.get('sessions_per_s'))} | {_num(churn.get('server_cpu_ms_per_session'), 2)} | "
-                     f"{s[key]['loadgen_max']:.0%} |")
+                     f"{_num(churn.get('sessions_per_s'))} | {_ratio(churn.get('sessions_per_s'), openenv_churn)} | "
+                     f"{_num(churn.get('server_cpu_ms_per_session'), 2)} | {churn_cpu} / {s[key]['loadgen_max']:.0%} |")
     if "startup" in report:
         up = report["startup"]
         lines += ["", f"Start-up (median wall time): `python -c pass` {up['python_bare_s']:.3f} s, "
