@@ -7,15 +7,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 import pytest
-from sample_envs import CounterAction, CounterEnvironment, CounterObservation, SlowCloseEnvironment
+from sample_envs import (CounterAction, CounterEnvironment, CounterObservation, SlowCloseEnvironment,
+                         StuckCloseEnvironment)
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from envkit import CapacityError, EnvClient, EnvConnectionError, create_app
+from envkit import CapacityError, EnvClient, EnvConnectionError, SessionLostError, create_app
 from envkit.client import websocket_url
 from envkit.testing import running_server
 
@@ -27,6 +28,14 @@ def two_slot_url(transport: str) -> Iterator[str]:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
     with running_server(app, transport=transport) as url:
         yield url
+
+
+def wait_for(condition: Callable[[], bool], within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the server never reached the expected state")
+        time.sleep(0.02)
 
 
 def wait_for_active(url: str, expected: int, within_s: float = 10.0) -> None:
@@ -113,10 +122,31 @@ def test_slot_frees_when_a_client_leaves_during_a_slow_step(two_slot_url: str) -
     assert CounterEnvironment.instances == built + 2
 
 
+def test_a_slot_comes_back_only_once_the_environment_has_closed(transport: str) -> None:
+    """max_concurrent_envs bounds live environments: while a closed session's env.close() still runs, its slot
+    stays taken, however the session ended (here the client sent close, then its socket went)."""
+    app = create_app(StuckCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
+                     capacity_wait_s=0)
+    pool = app.state.envkit_pool
+    StuckCloseEnvironment.release.clear()
+    try:
+        with running_server(app, transport=transport) as url:
+            with EnvClient(url).sync() as first:
+                first.reset()
+            wait_for(lambda: pool.closing == 1)
+            time.sleep(0.2)   # the socket has gone too
+            with pytest.raises(CapacityError):
+                EnvClient(url).sync().connect()
+            StuckCloseEnvironment.release.set()
+            wait_for(lambda: pool.active == 0)
+            with EnvClient(url).sync() as second:
+                assert second.reset().reward == 0.0
+    finally:
+        StuckCloseEnvironment.release.set()
+
+
 def test_a_client_that_closes_and_reopens_at_once_gets_the_one_slot(transport: str) -> None:
     """The slot of a session still closing on the server (its env's close() takes 0.3 s) goes to the reconnect."""
-    if transport == "picows":
-        pytest.skip("the picows transport refuses at once when every slot is taken (create_app's capacity_wait_s)")
     app = create_app(SlowCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1)
     with running_server(app, transport=transport) as url:
         for round_number in range(4):
@@ -128,7 +158,7 @@ def test_a_client_that_closes_and_reopens_at_once_gets_the_one_slot(transport: s
 def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) -> None:
     """A connection waiting for a slot when the server stops is told it is shutting down, not left hanging."""
     if transport == "picows":
-        pytest.skip("the picows transport refuses at once when every slot is taken (create_app's capacity_wait_s)")
+        pytest.skip("the picows transport waits only for the slot of a closing session: see the test below")
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
                      capacity_wait_s=60)
     pool = app.state.envkit_pool
@@ -153,3 +183,37 @@ def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) 
     holder.close()
     assert len(outcome) == 1 and isinstance(outcome[0], EnvConnectionError)
     assert "shutting down" in str(outcome[0])
+
+
+def test_picows_waits_for_the_slot_of_a_closing_session_after_the_handshake() -> None:
+    """picows answers the handshake before it can wait, so a connection that finds the one slot held by a
+    closing session (its env's close() hangs) is accepted and waits; its first message is then answered
+    once the slot comes back, or, when the server stops first, refused as shutting down."""
+    app = create_app(StuckCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
+                     capacity_wait_s=30)
+    pool = app.state.envkit_pool
+    StuckCloseEnvironment.release.clear()
+    try:
+        with running_server(app, transport="picows") as url:
+            with EnvClient(url).sync() as first:
+                first.reset()
+            wait_for(lambda: pool.closing == 1)
+            second = EnvClient(url).sync().connect()
+            assert second.session_id
+            wait_for(lambda: pool.waiting_for_slots == 1)
+            threading.Timer(0.5, StuckCloseEnvironment.release.set).start()
+            assert second.reset().reward == 0.0   # answered once the first session's close() returned
+            assert second.step({"amount": 2}).observation["total"] == 2
+            assert pool.active == 1
+            StuckCloseEnvironment.release.clear()
+            second.close()
+            wait_for(lambda: pool.closing == 1)
+            third = EnvClient(url).sync().connect()
+            wait_for(lambda: pool.waiting_for_slots == 1)
+            threading.Timer(1.0, StuckCloseEnvironment.release.set).start()   # lets the shutdown finish
+        # leaving the block stopped the server while the third connection waited
+        with pytest.raises((CapacityError, SessionLostError)) as refused:
+            third.reset()
+        assert "shutting down" in str(refused.value)
+    finally:
+        StuckCloseEnvironment.release.set()

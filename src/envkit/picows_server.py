@@ -10,7 +10,9 @@ pings come from the session pool's one sweep over all sessions).
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
 HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
-constructor is slow stalls other sessions while it runs and is better served by uvicorn.
+constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
+capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
+follow the handshake; one refused after such a wait hears it in reply to its first message.
 
 picows and uvloop are imported only here (`pip install 'envkit[bench]'`).
 """
@@ -43,7 +45,7 @@ from .app import MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .routes import Documents
-from .sessions import Session
+from .sessions import Session, new_session_id
 from .ws_handler import Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
@@ -102,45 +104,35 @@ class _Resumed:
                     return finished.value
 
 
+def send_refusal(transport: WSTransport, refusal: Refusal) -> None:
+    """The one error frame of a refusal, then the close with its code."""
+    transport.send(WSMsgType.TEXT, refusal.frame.encode())
+    transport.send_close(WSCloseCode(refusal.code), refusal.reason.encode())
+    transport.disconnect()
+
+
 class RefusingListener(WSListener):
-    """Sends the one error frame of a refusal, then closes with its code."""
+    """Refuses a connection as soon as its handshake is answered."""
 
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
 
     def on_ws_connected(self, transport: WSTransport) -> None:
-        transport.send(WSMsgType.TEXT, self.refusal.frame.encode())
-        transport.send_close(WSCloseCode(self.refusal.code), self.refusal.reason.encode())
-        transport.disconnect()
+        send_refusal(transport, self.refusal)
 
 
-class SessionListener(WSListener):
-    """One session's connection: frames answered in order, the slot released once it has gone."""
+class MessageListener(WSListener):
+    """Puts fragmented messages together and answers control frames; subclasses take `on_message(raw)`."""
 
-    def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int) -> None:
-        self.handler = handler
-        self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping)
-        self.with_text = with_text
+    def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self.transport: WSTransport | None = None
-        self.waiting: deque[bytes] = deque()   # frames that arrived while an earlier one was being answered
-        self.answering: asyncio.Task[None] | None = None
         self.fragments: bytearray | None = None
-        self.gone = False
 
-    def on_ws_connected(self, transport: WSTransport) -> None:
-        self.transport = transport
+    def on_message(self, raw: bytes) -> None:
+        raise NotImplementedError
 
-    async def close_socket(self, code: int, reason: str) -> None:
-        transport = self.transport
-        if transport is not None and not transport.is_disconnected:
-            transport.send_close(WSCloseCode(code), reason.encode())
-            transport.disconnect()
-
-    def send_ping(self) -> None:
-        transport = self.transport
-        if transport is not None and not transport.is_disconnected:
-            transport.send_ping()
+    def on_pong(self) -> None:
+        """A pong came in (the keepalive's answer)."""
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
@@ -160,7 +152,7 @@ class SessionListener(WSListener):
                 return
             raw, self.fragments = bytes(self.fragments), None
         elif kind is WSMsgType.PONG:
-            self.session.pong_received()
+            self.on_pong()
             return
         elif kind is WSMsgType.CLOSE:
             transport.send_close(frame.get_close_code())
@@ -168,6 +160,42 @@ class SessionListener(WSListener):
             return
         else:
             return
+        self.on_message(raw)
+
+
+class SessionListener(MessageListener):
+    """One session's connection: messages answered in order, the slot released once it has gone."""
+
+    def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int,
+                 session_id: str | None = None) -> None:
+        super().__init__(max_frame_bytes)
+        self.handler = handler
+        self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping, session_id=session_id)
+        self.with_text = with_text
+        self.transport: WSTransport | None = None
+        self.waiting: deque[bytes] = deque()   # messages that arrived while an earlier one was being answered
+        self.answering: asyncio.Task[None] | None = None
+        self.gone = False
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    async def close_socket(self, code: int, reason: str) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send_close(WSCloseCode(code), reason.encode())
+            transport.disconnect()
+
+    def send_ping(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send_ping()
+
+    def on_pong(self) -> None:
+        self.session.pong_received()
+
+    def on_message(self, raw: bytes) -> None:
+        """Answer one message, after those that came before it."""
         if self.answering is not None:
             self.waiting.append(raw)
             return
@@ -215,6 +243,65 @@ class SessionListener(WSListener):
             self.handler.pool.release()
 
 
+class WaitingListener(MessageListener):
+    """A connection that found every slot taken while sessions were closing: it waits for one of their slots.
+
+    picows answers the handshake before anything can be awaited, so the wait comes after it: the
+    client's first messages are kept until a slot and an environment are ready, then answered in
+    order. A connection still refused after `capacity_wait_s` (or at shutdown) gets the refusal's
+    error frame and close code as the reply to its first message instead of at connect.
+    """
+
+    def __init__(self, server: PicowsServer, with_text: bool, session_id: str) -> None:
+        super().__init__(server.max_frame_bytes)
+        self.server = server
+        self.with_text = with_text
+        self.session_id = session_id
+        self.transport: WSTransport | None = None
+        self.early: list[bytes] = []
+        self.session_listener: SessionListener | None = None
+        self.waiter: asyncio.Task[None] | None = None
+        self.gone = False
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+        self.waiter = asyncio.get_running_loop().create_task(self._wait_for_slot())
+
+    async def _wait_for_slot(self) -> None:
+        handler = self.server.handler
+        if not await handler.pool.wait_for_slot():
+            if not self.gone:
+                send_refusal(self.transport, handler.refusal())  # type: ignore[arg-type]
+            return
+        if self.gone:
+            handler.pool.release()
+            return
+        opened = self.server.new_session(self.with_text, self.session_id)
+        if isinstance(opened, Refusal):
+            send_refusal(self.transport, opened)  # type: ignore[arg-type]
+            return
+        self.session_listener = opened
+        opened.on_ws_connected(self.transport)  # type: ignore[arg-type]
+        for raw in self.early:
+            opened.on_message(raw)
+        self.early.clear()
+
+    def on_message(self, raw: bytes) -> None:
+        if self.session_listener is not None:
+            self.session_listener.on_message(raw)
+        else:
+            self.early.append(raw)
+
+    def on_pong(self) -> None:
+        if self.session_listener is not None:
+            self.session_listener.on_pong()
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.gone = True
+        if self.session_listener is not None:
+            self.session_listener.on_ws_disconnected(transport)
+
+
 class PicowsServer:
     """Serves an app made by `create_app` with picows: `/ws` and the HTTP documents on one port."""
 
@@ -245,19 +332,32 @@ class PicowsServer:
         return _http(WSUpgradeResponse.create_ok_response(page, _JSON))
 
     def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
+        pool = self.handler.pool
+        with_text = wants_text(request.headers.get(FEATURES_HEADER, ""))
+        if not pool.try_reserve():
+            if pool.capacity_wait_s > 0 and not pool.shutting_down and pool.closing > pool.waiting_for_slots:
+                session_id = new_session_id()   # a slot is on its way back: wait for it (see WaitingListener)
+                response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: session_id})
+                return WSUpgradeResponseWithListener(response, WaitingListener(self, with_text, session_id))
+            return _refused(self.handler.refusal())
+        opened = self.new_session(with_text)
+        if isinstance(opened, Refusal):
+            return _refused(opened)
+        response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: opened.session.id})
+        return WSUpgradeResponseWithListener(response, opened)
+
+    def new_session(self, with_text: bool, session_id: str | None = None) -> SessionListener | Refusal:
+        """The session of a connection that holds a slot; if its environment cannot be built, the refusal
+        (and the slot is given back)."""
         handler = self.handler
-        if not handler.pool.try_reserve():
-            return _refused(handler.refusal())
         try:
             env = handler.build()
         except Exception as error:
             handler.pool.release()
-            return _refused(handler.factory_refusal(error))
-        listener = SessionListener(handler, env, wants_text(request.headers.get(FEATURES_HEADER, "")),
-                                   self.max_frame_bytes)
+            return handler.factory_refusal(error)
+        listener = SessionListener(handler, env, with_text, self.max_frame_bytes, session_id)
         handler.pool.add(listener.session)
-        response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: listener.session.id})
-        return WSUpgradeResponseWithListener(response, listener)
+        return listener
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port`; returns the bound port."""

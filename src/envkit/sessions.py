@@ -29,17 +29,23 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["Session", "SessionPool"]
+__all__ = ["Session", "SessionPool", "new_session_id"]
 
 Closer = Callable[[int, str], Awaitable[None]]
 Pinger = Callable[[], None]
 
 
+def new_session_id() -> str:
+    """An unguessable session id: 32 hex digits."""
+    return secrets.token_hex(16)
+
+
 class Session:
     """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
 
-    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer, ping: Pinger | None = None) -> None:
-        self.id = secrets.token_hex(16)
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer, ping: Pinger | None = None,
+                 session_id: str | None = None) -> None:
+        self.id = session_id or new_session_id()
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
@@ -52,6 +58,7 @@ class Session:
         self.busy = False
         self.has_reset = False
         self.ended: tuple[int, str] | None = None
+        self._closed: asyncio.Future[None] | None = None
         env_class = type(env)
         self._inline = env_class.RUN_INLINE
         self._async_reset = env_class.reset_async is not Environment.reset_async
@@ -91,11 +98,20 @@ class Session:
         self.last_pong = time.monotonic()
 
     async def end(self, code: int, reason: str) -> None:
-        """Close the socket with `code` (if still open) and release the environment; idempotent."""
+        """Close the socket with `code` (if still open) and the environment.
+
+        Idempotent: a later call returns once the first has finished, so whoever gives back the
+        session's slot after `end()` does so only when the environment has closed.
+        """
         if self.ended is not None:
+            if self._closed is not None:
+                await asyncio.shield(self._closed)
             return
         self.ended = (code, reason)
-        self.pool.forget(self)
+        self._closed = closed = asyncio.get_running_loop().create_future()
+        pool = self.pool
+        pool.forget(self)
+        pool.closing += 1
         try:
             await self.close_socket(code, reason)
         except Exception:  # the socket may already be gone; the environment must still close
@@ -104,6 +120,9 @@ class Session:
             await self.run(self.env.close)
         except Exception:
             logger.exception("environment close() failed in session %s", self.id)
+        finally:
+            pool.closing -= 1
+            closed.set_result(None)
 
 
 class SessionPool:
@@ -132,6 +151,8 @@ class SessionPool:
         self.ping_interval_s = ping_interval_s
         self.ping_timeout_s = ping_timeout_s
         self._reserved = 0
+        #: Sessions ending right now (socket closing, environment closing): their slots come back soon.
+        self.closing = 0
         self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
@@ -153,6 +174,11 @@ class SessionPool:
             return False
         self._reserved += 1
         return True
+
+    @property
+    def waiting_for_slots(self) -> int:
+        """Connections waiting in `wait_for_slot`."""
+        return len(self._slot_waiters)
 
     async def wait_for_slot(self) -> bool:
         """Wait up to `capacity_wait_s` for a slot that a closing session gives back; True when one was handed over.
