@@ -38,6 +38,14 @@ def _connect_failure(error: BaseException) -> str:
     return f"connect: {type(error).__name__}" + (f" ({text})" if text else "")
 
 
+def settle(script: SessionScript, ready: asyncio.Future[None], done: asyncio.Future[None]) -> None:
+    """Wake whoever waits for the session to be ready (its reset answered) or done (ended, however)."""
+    if (script.ready or script.outcome is not None) and not ready.done():
+        ready.set_result(None)
+    if script.outcome is not None and not done.done():
+        done.set_result(None)
+
+
 try:
     from picows import WSCloseCode, WSListener, WSMsgType, WSTransport, ws_connect
 except ImportError:  # the `bench` extra is not installed; the websockets driver still works
@@ -75,11 +83,7 @@ class _PicowsListener(WSListener):  # type: ignore[misc,valid-type]
         self._settle()
 
     def _settle(self) -> None:
-        script = self.script
-        if (script.ready or script.outcome is not None) and not self.ready.done():
-            self.ready.set_result(None)
-        if script.outcome is not None and not self.done.done():
-            self.done.set_result(None)
+        settle(self.script, self.ready, self.done)
 
 
 class PicowsDriver:
@@ -156,11 +160,7 @@ class _ScriptedSocket(RawWebSocket):
         self._settle()
 
     def _settle(self) -> None:
-        script = self.script
-        if (script.ready or script.outcome is not None) and not self.ready.done():
-            self.ready.set_result(None)
-        if script.outcome is not None and not self.done.done():
-            self.done.set_result(None)
+        settle(self.script, self.ready, self.done)
 
 
 class RawDriver:
