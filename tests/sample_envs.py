@@ -76,6 +76,24 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, State]):
                 handle.write("closed\n")
 
 
+class RecordingEnvironment(CounterEnvironment):
+    """Answered on the event loop; writes every reset, step and close of every session into one shared list."""
+
+    RUN_INLINE = True
+    calls: list[str] = []
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, tag: str = "", **kwargs: Any) -> CounterObservation:
+        self.calls.append("reset")
+        return super().reset(seed=seed, episode_id=episode_id, tag=tag)
+
+    def step(self, action: CounterAction) -> CounterObservation:
+        self.calls.append("step")
+        return super().step(action)
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
 class SingleSessionEnvironment(CounterEnvironment):
     """Like the counter, but declares that instances may not run side by side."""
 

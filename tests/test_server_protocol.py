@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import time
 
 import pytest
-from websockets.exceptions import ConnectionClosedOK
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect
 
 from envkit.client import websocket_url
@@ -178,6 +180,32 @@ def test_frames_sent_without_waiting_are_answered_in_order(echo_url: str, counte
         with pytest.raises(ConnectionClosedOK) as closed:
             sock.recv(timeout=10)
         assert closed.value.rcvd.code == 1000
+
+
+def test_messages_after_close_reach_no_environment(transport: str) -> None:
+    """A client that sends `close` and more frames at once: the session ends at `close`, and the environment
+    is never called again (the frames after it are dropped, whatever arrives in the same read)."""
+    from sample_envs import CounterAction, CounterObservation, RecordingEnvironment
+
+    from envkit import create_app
+    from envkit.testing import running_server
+
+    RecordingEnvironment.calls = []
+    app = create_app(RecordingEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
+    with running_server(app, transport=transport) as url:
+        with ws(url) as sock:
+            assert ask(sock, {"type": "reset"})["type"] == "observation"
+            frames = [json.dumps({"type": "close"})] + [json.dumps({"type": "step", "data": {"amount": 1}})] * 20
+            with sock.protocol_mutex:   # all of them in one write, so the server reads them together
+                for frame in frames:
+                    sock.protocol.send_text(frame.encode())
+                sock.socket.sendall(b"".join(sock.protocol.data_to_send()))
+            with contextlib.suppress(ConnectionClosed):
+                sock.recv(timeout=10)
+        deadline = time.monotonic() + 10
+        while "close" not in RecordingEnvironment.calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert RecordingEnvironment.calls == ["reset", "close"]
 
 
 def test_fragmented_frame_is_answered_as_one(counter_url: str) -> None:

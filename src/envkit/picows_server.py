@@ -195,9 +195,11 @@ class SessionListener(MessageListener):
         self.session.pong_received()
 
     def on_message(self, raw: bytes) -> None:
-        """Answer one message, after those that came before it."""
+        """Answer one message, after those that came before it; none once the session has ended."""
         if self.answering is not None:
             self.waiting.append(raw)
+            return
+        if self.session.ended is not None:
             return
         coro = self.handler.handle(self.session, raw, with_text=self.with_text)
         finished, outcome = first_step(coro)
@@ -260,7 +262,7 @@ class WaitingListener(MessageListener):
         self.transport: WSTransport | None = None
         self.early: list[bytes] = []
         self.session_listener: SessionListener | None = None
-        self.waiter: asyncio.Task[None] | None = None
+        self.waiter: asyncio.Task[None] | None = None   # held here so that the task is not collected
         self.gone = False
 
     def on_ws_connected(self, transport: WSTransport) -> None:

@@ -239,10 +239,13 @@ class SessionPool:
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
-            if self.idle_timeout_s:
-                self._reap_idle(now - self.idle_timeout_s)
-            if self.ping_interval_s:
-                self._keep_alive(now, now - self.ping_interval_s)
+            try:
+                if self.idle_timeout_s:
+                    self._reap_idle(now - self.idle_timeout_s)
+                if self.ping_interval_s:
+                    self._keep_alive(now, now - self.ping_interval_s)
+            except Exception:   # the sweep must outlive any one session's trouble
+                logger.exception("session sweep failed; retrying in %gs", interval)
 
     def _reap_idle(self, deadline: float) -> None:
         idle = [s for s in self._sessions.values() if not s.busy and s.last_active < deadline]
