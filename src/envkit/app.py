@@ -53,7 +53,8 @@ def create_app(
         max_message_bytes: larger client frames get a `MESSAGE_TOO_BIG` error.
         max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
         capacity_wait_s: a connection that finds every slot taken waits this long for one that a closing
-            session gives back before it is refused (0: refuse at once). The picows transport refuses at once.
+            session gives back before it is refused (0: refuse at once). The picows transport, which
+            answers the handshake first, waits only while a session is closing.
         ping_interval_s: the server pings a client after this many seconds (None: never); a client that
             does not answer within `ping_timeout_s` is gone (a cut network, a dead host) and its session ends,
             freeing the slot well before `session_timeout_s`.

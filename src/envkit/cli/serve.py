@@ -22,7 +22,7 @@ from ..errors import ConfigurationError
               help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
 @click.option("--capacity-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="When every slot is taken, a new connection waits this many seconds for a closing session's "
-                   "slot before it is refused (uvicorn transport).")
+                   "slot before it is refused (picows: only while a session is closing).")
 @click.option("--ping-interval", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
