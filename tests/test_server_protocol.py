@@ -208,6 +208,22 @@ def test_messages_after_close_reach_no_environment(transport: str) -> None:
     assert RecordingEnvironment.calls == ["reset", "close"]
 
 
+def test_a_client_still_sending_when_the_server_closes_reads_every_reply_and_the_close_code(
+        echo_url: str) -> None:
+    """The server ends the session at `close` while more frames are on their way: the client still reads the
+    replies sent before, then a clean 1000 (the connection is not reset under it)."""
+    with ws(echo_url) as sock:
+        sock.send(json.dumps({"type": "reset"}))
+        sock.send(json.dumps({"type": "close"}))
+        with contextlib.suppress(ConnectionClosed):
+            for _ in range(20):
+                sock.send(json.dumps({"type": "step", "data": {"message": "late"}}))
+        assert json.loads(sock.recv(timeout=10))["type"] == "observation"
+        with pytest.raises(ConnectionClosedOK) as closed:
+            sock.recv(timeout=10)
+        assert closed.value.rcvd.code == 1000
+
+
 def test_fragmented_frame_is_answered_as_one(counter_url: str) -> None:
     with ws(counter_url) as sock:
         ask(sock, {"type": "reset"})

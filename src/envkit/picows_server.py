@@ -54,6 +54,8 @@ __all__ = ["PicowsServer", "run_picows", "running_picows"]
 READ_BUFFER_BYTES = 2048
 #: Time given to sockets to send their close frames and to environments to close at shutdown.
 SHUTDOWN_GRACE_S = 5.0
+#: How long a socket the server closes waits for the client's close frame before it is dropped anyway.
+CLOSE_TIMEOUT_S = 2.0
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -175,16 +177,22 @@ class SessionListener(MessageListener):
         self.transport: WSTransport | None = None
         self.waiting: deque[bytes] = deque()   # messages that arrived while an earlier one was being answered
         self.answering: asyncio.Task[None] | None = None
+        self.drop_later: asyncio.TimerHandle | None = None
         self.gone = False
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
 
     async def close_socket(self, code: int, reason: str) -> None:
+        """Send the close frame; the connection goes when the client's close frame answers it.
+
+        Dropping it at once would reset it if the client is still sending, and a reset can discard
+        the close frame (and replies before it) before the client has read them.
+        """
         transport = self.transport
         if transport is not None and not transport.is_disconnected:
             transport.send_close(WSCloseCode(code), reason.encode())
-            transport.disconnect()
+            self.drop_later = asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, transport.disconnect)
 
     def send_ping(self) -> None:
         transport = self.transport
@@ -235,6 +243,8 @@ class SessionListener(MessageListener):
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self.gone = True
         self.waiting.clear()
+        if self.drop_later is not None:
+            self.drop_later.cancel()
         if self.answering is None:   # else the frame being answered finishes first, then releases
             run_eagerly(self._release())
 
