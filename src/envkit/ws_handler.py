@@ -112,9 +112,11 @@ class SessionHandler:
                     return
                 await websocket.send_text(reply)
         finally:
-            if session is not None:
-                await session.end(CloseCode.NORMAL, "session closed")
-            pool.release()
+            try:
+                if session is not None:
+                    await session.end(CloseCode.NORMAL, "session closed")
+            finally:
+                pool.release()
 
     # -- transport-neutral parts, shared by every transport ----------------------------------
 
