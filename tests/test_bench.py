@@ -204,6 +204,12 @@ def test_raw_client_reports_a_refused_handshake(transport: str) -> None:
     assert count == 2 and reason.startswith("connect: server answered 40"), reason
 
 
+def test_raw_client_says_it_speaks_plain_ws_only() -> None:
+    result = run_sync(run_load("wss://127.0.0.1:9/ws", 2, 1, client="raw"))
+    [(reason, count)] = result.failures.items()
+    assert count == 2 and "plain ws:// only" in reason and "--client picows" in reason, reason
+
+
 def test_raw_client_frames_are_masked_and_sized_for_every_length_class() -> None:
     for length in (0, 5, 125, 126, 65535, 65536):
         payload = bytes(range(256)) * (length // 256) + bytes(range(length % 256))

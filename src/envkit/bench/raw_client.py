@@ -44,7 +44,7 @@ def endpoint(url: str) -> Endpoint:
     """Resolve `url` (`ws://host:port/path`) once; `wss://` is not supported (loopback benchmarking only)."""
     parts = urlsplit(url)
     if parts.scheme != "ws":
-        raise ValueError(f"the raw client speaks plain ws:// only, got {url!r}; use --client picows for wss://")
+        raise ValueError(f"the raw client speaks plain ws:// only (use --client picows for wss://), got {url!r}")
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
