@@ -109,6 +109,13 @@ class SlowCloseEnvironment(SingleSessionEnvironment):
         time.sleep(self.CLOSE_S)
 
 
+class SlowClosingCounterEnvironment(CounterEnvironment):
+    """A counter (any number of sessions) whose close() takes 20 ms on a worker thread."""
+
+    def close(self) -> None:
+        time.sleep(0.02)
+
+
 class StuckCloseEnvironment(CounterEnvironment):
     """close() waits until the test sets `release`, like a simulator that hangs while shutting down."""
 

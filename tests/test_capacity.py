@@ -12,11 +12,12 @@ from typing import Callable, Iterator
 import httpx
 import pytest
 from sample_envs import (CounterAction, CounterEnvironment, CounterObservation, SlowCloseEnvironment,
-                         StuckCloseEnvironment)
+                         SlowClosingCounterEnvironment, StuckCloseEnvironment)
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from envkit import CapacityError, EnvClient, EnvConnectionError, SessionLostError, create_app
+from envkit.bench import run_churn, run_sync
 from envkit.client import websocket_url
 from envkit.testing import running_server
 
@@ -217,3 +218,16 @@ def test_picows_waits_for_the_slot_of_a_closing_session_after_the_handshake() ->
         assert "shutting down" in str(refused.value)
     finally:
         StuckCloseEnvironment.release.set()
+
+
+def test_no_slot_leaks_when_more_clients_than_slots_open_and_close_sessions(transport: str) -> None:
+    """Twelve loops opening, resetting and closing sessions against four slots whose environments take a while
+    to close: connections wait for slots or are refused, and once the loops stop every count is back to zero."""
+    app = create_app(SlowClosingCounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=4,
+                     capacity_wait_s=0.5)
+    pool = app.state.envkit_pool
+    with running_server(app, transport=transport) as url:
+        result = run_sync(run_churn(url, 2.0, workers=12, client="raw"))
+        wait_for(lambda: (pool.active, pool.closing, pool.waiting_for_slots, len(pool._sessions)) == (0, 0, 0, 0))
+    assert result.sessions > 0
+    assert set(result.failures) <= {"error frame: CAPACITY_REACHED"}, result.failures
