@@ -79,7 +79,4 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
 
-    try:
-        serve(app, host, port, on_started=announce)
-    except ConfigurationError as error:   # settings the chosen transport cannot honour
-        raise click.UsageError(str(error)) from None
+    serve(app, host, port, on_started=announce)
