@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .environment import Action, Environment, Observation, State
+from .environment import Action, Environment, Observation, State, UnknownSplitError
 from .errors import (
     CapacityError,
     ClientError,
@@ -40,7 +40,7 @@ _LAZY = {
 __all__ = [
     "Action", "CapacityError", "ClientError", "ConfigurationError", "EnvClient", "EnvConnectionError", "EnvError",
     "Environment", "EnvkitError", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
-    "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "create_app", "run_server", "tool",
+    "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnknownSplitError", "create_app", "run_server", "tool",
     "tool_specs", "__version__",
 ]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Action", "Observation", "State", "Environment"]
+__all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
 
 
 class Action(BaseModel):
@@ -56,6 +56,17 @@ class State(BaseModel):
     step_count: int = Field(default=0, ge=0, description="Steps taken in the current episode")
 
 
+class UnknownSplitError(KeyError):
+    """A split or task index the environment does not have."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 ActionT = TypeVar("ActionT", bound=Action)
 ObservationT = TypeVar("ObservationT", bound=Observation)
 StateT = TypeVar("StateT", bound=State)
@@ -76,6 +87,44 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = False
     RUN_INLINE: ClassVar[bool] = False
+    #: Named lists of tasks (`{"train": [...], "test": [...]}`); each task is the keyword arguments `reset`
+    #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
+    #: an answer (name it by index instead). Override `tasks()` to build them on demand.
+    TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
+
+    @classmethod
+    def splits(cls) -> list[str]:
+        """The names of the environment's task splits (e.g. `["train", "test"]`); empty when it has none."""
+        return list(cls.TASKS)
+
+    @classmethod
+    def tasks(cls, split: str) -> Sequence[dict[str, Any]]:
+        """The tasks of `split`, each the `reset` keyword arguments of one episode.
+
+        Raises:
+            UnknownSplitError: the environment has no split of that name.
+        """
+        if split not in cls.TASKS:
+            known = ", ".join(cls.splits()) or "none"
+            raise UnknownSplitError(f"{cls.__name__} has no split {split!r}; its splits: {known}")
+        return cls.TASKS[split]
+
+    @classmethod
+    def task(cls, split: str, index: int) -> dict[str, Any]:
+        """Task number `index` of `split` (a copy).
+
+        Raises:
+            UnknownSplitError: no such split, or `index` is out of range.
+        """
+        tasks = cls.tasks(split)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tasks):
+            raise UnknownSplitError(f"{cls.__name__} split {split!r} has tasks 0 to {len(tasks) - 1}; got index {index!r}")
+        return dict(tasks[index])
+
+    @classmethod
+    def task_prompt(cls, task: dict[str, Any]) -> str | None:
+        """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
+        return None
 
     @abstractmethod
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:

@@ -24,6 +24,11 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
+    #: Every start column with 20 seeds for training (100 tasks) and 6 other seeds for testing (30 tasks).
+    TASKS = {
+        "train": tuple({"ball_column": column, "seed": seed} for seed in range(20) for column in range(COLUMNS)),
+        "test": tuple({"ball_column": column, "seed": seed} for seed in range(1000, 1006) for column in range(COLUMNS)),
+    }
 
     def __init__(self) -> None:
         self._rng = random.Random()

@@ -10,6 +10,9 @@ from envkit import Environment, State, tool
 from .models import EchoAction, EchoObservation
 
 REWARD_PER_CHARACTER = 0.1
+_TRAIN_MESSAGES = ("hello", "good morning", "the quick brown fox", "envkit", "reinforcement learning",
+                   "echo this back", "a longer message earns more reward", "ping")
+_TEST_MESSAGES = ("hello world", "testing, one two three", "stateful environments", "goodbye")
 
 
 class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
@@ -17,6 +20,14 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
+    #: A few messages to echo; `reset` ignores the task, whose message only shapes the prompt.
+    TASKS = {"train": tuple({"message": m} for m in _TRAIN_MESSAGES), "test": tuple({"message": m} for m in _TEST_MESSAGES)}
+
+    @classmethod
+    def task_prompt(cls, task: dict[str, Any]) -> str | None:
+        """Ask for the task's message to be echoed."""
+        message = task.get("message")
+        return f"Echo this message back with the echo tool: {message}" if message else None
 
     def __init__(self) -> None:
         self._state = State()

@@ -11,7 +11,7 @@ from envkit import Environment, tool
 from .game import GAME_ID, NUM_GUESSES, PLAYER_ID, WORD_LENGTH, WordleGame
 from .models import WordleAction, WordleMessage, WordleObservation, WordleState
 from .rewards import RewardSignals, reward_components
-from .words import is_valid_guess, secret_words
+from .words import is_valid_guess, secret_words, split_indices
 
 __all__ = ["ENV_ID", "WordleEnvironment"]
 
@@ -23,12 +23,16 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     """Five letters, six guesses, TextArena's rules, text and rewards; word lists shipped, no downloads.
 
     `reset(seed=...)` draws the secret reproducibly from the 140 Basic English nouns;
-    `reset(word="crane")` sets it outright (any word of the guess dictionary). Actions are messages
-    such as `{"message": "[crane]"}`; LLM agents call the `guess` tool instead.
+    `reset(word="crane")` sets it outright (any word of the guess dictionary), and
+    `reset(secret_index=i)` picks secret noun number i (what the `train` and `test` tasks name, so a
+    task never shows its answer). Actions are messages such as `{"message": "[crane]"}`; LLM agents
+    call the `guess` tool instead.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
+    #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
+    TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
 
     def __init__(self) -> None:
         self._game: WordleGame | None = None
@@ -40,9 +44,9 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
         self._last_info: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
-              word: str | None = None) -> WordleObservation:
-        """Start a game; `seed` picks the secret reproducibly, `word` sets it (a dataset column)."""
-        self._game = WordleGame(secret=_secret(seed, word), is_word=is_valid_guess)
+              word: str | None = None, secret_index: int | None = None) -> WordleObservation:
+        """Start a game; `seed` picks the secret reproducibly, `word` sets it, `secret_index` names a secret noun."""
+        self._game = WordleGame(secret=_secret(seed, word, secret_index), is_word=is_valid_guess)
         self._shown = 0
         self._signals = RewardSignals()
         self._episode_id = episode_id if episode_id is not None else str(uuid.uuid4())
@@ -120,7 +124,13 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
         )
 
 
-def _secret(seed: int | None, word: str | None) -> str:
+def _secret(seed: int | None, word: str | None, secret_index: int | None) -> str:
+    if secret_index is not None:
+        nouns = secret_words()
+        if isinstance(secret_index, bool) or not isinstance(secret_index, int) or not 0 <= secret_index < len(nouns):
+            raise ValueError(f"secret_index={secret_index!r} names no secret noun: give a whole number from 0 to "
+                             f"{len(nouns) - 1}")
+        return nouns[secret_index]
     if word is not None:
         if not isinstance(word, str) or not is_valid_guess(word):
             raise ValueError(f"word={word!r} cannot be the secret: give a five-letter English word from the guess "

@@ -9,7 +9,10 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-__all__ = ["secret_words", "valid_words", "is_valid_guess"]
+__all__ = ["secret_words", "valid_words", "is_valid_guess", "split_indices"]
+
+#: Every `TEST_EVERY`-th secret noun is held out for evaluation.
+TEST_EVERY = 4
 
 
 def _read(name: str) -> tuple[str, ...]:
@@ -37,3 +40,10 @@ def _valid_set() -> frozenset[str]:
 def is_valid_guess(word: str) -> bool:
     """Whether `word` (any case) is in the guess dictionary."""
     return word.lower() in _valid_set()
+
+
+def split_indices() -> dict[str, tuple[int, ...]]:
+    """Disjoint `train` and `test` splits of the secret nouns, as indices into `secret_words()`."""
+    indices = range(len(secret_words()))
+    return {"train": tuple(i for i in indices if i % TEST_EVERY),
+            "test": tuple(i for i in indices if i % TEST_EVERY == 0)}
