@@ -80,6 +80,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
             `create_app(max_concurrent_envs > 1)` refuses an environment that does not say so.
         RUN_INLINE: `reset`, `step` and tools are quick and never block, so the server calls them
             on the event loop instead of handing them to a worker thread.
+        EPISODE_LENGTH: how many tool calls an episode takes when played to its end (Catch: 9 moves;
+            Wordle: at most 6 guesses); None when episodes have no set length. Published in
+            `/metadata` as `episode_length`; `envkit train` fits its turn and token budgets to it.
 
     Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
     synchronous methods; the server then awaits them directly.
@@ -91,6 +94,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
+    EPISODE_LENGTH: ClassVar[int | None] = None
 
     @classmethod
     def splits(cls) -> list[str]:
@@ -124,6 +128,14 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     @classmethod
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
         """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
+        return None
+
+    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
+        """The tool call a scripted player makes next in the running episode, as `(tool name, arguments)`.
+
+        None (the default) when the environment has no scripted player. `envkit train` warms its
+        tiny model up on whole episodes played partly this way, so that it plays them to the end.
+        """
         return None
 
     @abstractmethod

@@ -133,11 +133,16 @@ def error_frame(code: str, message: str, **details: Any) -> str:
     return encode({"type": "error", "data": {"message": message, "code": code, **details}})
 
 
+def result_text(result: Any) -> str:
+    """What an agent reads from a tool's return value: an observation's `as_text()`, else `str()` of it."""
+    return result.as_text() if isinstance(result, Observation) else str(result)
+
+
 def tool_result_frame(tool: str, result: str | Observation) -> str:
     data: dict[str, Any] = {"tool": tool}
     if isinstance(result, Observation):
         data.update(observation_payload(result))
-        data["result"] = result.as_text()
+        data["result"] = result_text(result)
     else:
         data.update(result=str(result), observation=None, reward=None, done=None)
     return encode({"type": "tool_result", "data": data})

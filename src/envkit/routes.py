@@ -6,8 +6,13 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import inspect
+import tomllib
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
@@ -16,7 +21,7 @@ from .environment import Action, Environment, Observation, State
 from .sessions import SessionPool
 from .tools import ToolSpec
 
-__all__ = ["Documents", "build_router"]
+__all__ = ["Documents", "build_router", "environment_version"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,8 @@ class Documents:
         description = {
             "name": name,
             "description": (env_class.__doc__ or "").strip().split("\n\n")[0],
-            "version": metadata.get("version"),
+            "version": metadata.get("version") or environment_version(env_class),
+            "episode_length": env_class.EPISODE_LENGTH,
             "supports_concurrent_sessions": env_class.SUPPORTS_CONCURRENT_SESSIONS,
             "max_concurrent_envs": pool.max_sessions,
             "session_timeout_s": pool.idle_timeout_s,
@@ -93,3 +99,38 @@ def _state_class(env_class: type[Environment]) -> type[State]:
     except Exception:
         return State
     return annotation if isinstance(annotation, type) and issubclass(annotation, State) else State
+
+
+def environment_version(env_class: type[Environment]) -> str | None:
+    """The version of the package defining `env_class`: `[project] version` of the `pyproject.toml` beside
+    its top-level package (an env folder, or a `src/` layout), else its installed distribution's; or None."""
+    package = env_class.__module__.partition(".")[0]
+    try:
+        source = Path(inspect.getfile(env_class)).resolve()
+    except (TypeError, OSError):
+        source = None
+    if source is not None:
+        container = source.parents[env_class.__module__.count(".") + (source.name == "__init__.py")]
+        for folder in (container, container.parent) if container.name == "src" else (container,):
+            version = _pyproject_version(folder / "pyproject.toml")
+            if version:
+                return version
+    for distribution in _distributions().get(package, ()):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _pyproject_version(pyproject: Path) -> str | None:
+    try:
+        version = tomllib.loads(pyproject.read_text()).get("project", {}).get("version")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return str(version) if version else None
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()

@@ -7,6 +7,7 @@ sessions in a slow step.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from fastapi import FastAPI
 
 from .app import MAX_FRAME_BYTES
 
-__all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
+__all__ = ["EnvkitServer", "server_config", "run_server", "running_server", "QuietWebSocketHandshakes"]
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
@@ -66,10 +67,24 @@ class EnvkitServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class QuietWebSocketHandshakes(logging.Filter):
+    """Drops uvicorn's line per WebSocket handshake (`"WebSocket /ws" [accepted]`): one per session, thousands
+    under load. `envkit serve --log-level debug` keeps them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith('%s - "WebSocket '))
+
+
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
                on_started: Callable[[int], None] | None = None, compression: bool = False) -> None:
-    """Serve `app` until SIGINT/SIGTERM; sessions are closed with 1001 before the server stops."""
-    EnvkitServer(server_config(app, host, port, log_level=log_level, compression=compression), on_started).run()
+    """Serve `app` until SIGINT/SIGTERM; sessions are closed with 1001 before the server stops.
+
+    Below `log_level="debug"`, the handshake line uvicorn logs for every WebSocket connection is dropped.
+    """
+    config = server_config(app, host, port, log_level=log_level, compression=compression)
+    if log_level != "debug":
+        logging.getLogger("uvicorn.error").addFilter(QuietWebSocketHandshakes())
+    EnvkitServer(config, on_started).run()
 
 
 @contextmanager

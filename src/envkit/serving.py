@@ -114,7 +114,15 @@ def import_attribute(spec: str) -> Any:
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
+        if error.name is not None and module_name != error.name and not module_name.startswith(error.name + "."):
+            raise TargetError(f"cannot import {module_name!r}: it imports {error.name!r}, which is not installed "
+                              f"({error})") from None
         raise TargetError(f"cannot import {module_name!r}: {error}") from None
+    except SyntaxError as error:
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
+        raise TargetError(f"cannot import {module_name!r}: syntax error in {where}: {error.msg}") from None
+    except Exception as error:  # the module's own code raised while it was imported
+        raise TargetError(f"cannot import {module_name!r}: importing it raised {type(error).__name__}: {error}") from None
     for part in attr.split("."):
         if not hasattr(value, part):
             raise TargetError(f"module {module_name!r} has no attribute {attr!r}")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from envkit import Environment, tool
 
-from .game import COLUMNS, LEFT, PLAYER_ID, RIGHT, STAY, TERMINAL_PLAYER_ID, CatchGame
+from .game import COLUMNS, EPISODE_LENGTH, LEFT, PLAYER_ID, RIGHT, STAY, TERMINAL_PLAYER_ID, CatchGame
 from .models import CatchAction, CatchObservation, CatchState, GamePhase
 
 __all__ = ["CatchEnvironment"]
@@ -25,6 +25,8 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
     #: Every start column with 20 seeds for training (100 tasks) and 6 other seeds for testing (30 tasks).
+    #: The ball falls one row per move from the top row to the bottom one: nine moves.
+    EPISODE_LENGTH = EPISODE_LENGTH
     TASKS = {
         "train": tuple({"ball_column": column, "seed": seed} for seed in range(20) for column in range(COLUMNS)),
         "test": tuple({"ball_column": column, "seed": seed} for seed in range(1000, 1006) for column in range(COLUMNS)),
@@ -104,6 +106,15 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
             The board after the move.
         """
         return self.step(CatchAction(action_id=STAY))
+
+    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
+        """The optimal policy's next move as a tool call (toward the ball's column, then stay); None once over."""
+        from .policies import TOOL_CALLS, OptimalPolicy
+
+        if self._game is None or self._game.done:
+            return None
+        name, arguments = TOOL_CALLS[OptimalPolicy()(self._game.tensor())]
+        return name, dict(arguments)
 
     def _observation(self, phase: GamePhase) -> CatchObservation:
         game = self._game

@@ -18,7 +18,8 @@ def play(env: WordleEnvironment, *messages: str) -> WordleObservation:
 
 
 def secret_of(env: WordleEnvironment) -> str:
-    return env.state.raw_state["game_state"]["secret_word"]
+    assert env.secret_word is not None
+    return env.secret_word
 
 
 def test_same_seed_same_secret_and_seeds_vary() -> None:
@@ -87,7 +88,9 @@ def test_step_text_is_the_new_feedback_only_and_messages_hold_everything() -> No
     assert warned.as_text() == ("\n[GAME] [xyzzy]\n[GAME] You attempted an invalid move. Reason: 'xyzzy' is not an "
                                 "English word. Please resubmit a valid move and remember to follow the game rules to "
                                 "avoid penalties.")
-    assert play(env, "[speed]").as_text() == "\n[GAME] [speed]"
+    won = play(env, "[speed]")
+    assert won.feedback == "\n[GAME] [speed]"   # the transcript's new text, as TextArena has it
+    assert won.as_text() == "\n[GAME] [speed]\n[GAME] You won! Congratulations! You guessed the word correctly! Reward: 1."
 
 
 def test_reward_signals_as_openenv_computes_them() -> None:
@@ -146,9 +149,12 @@ def test_state_is_shaped_like_openenv_textarena_state() -> None:
                                         "last_reward")} == {
         "episode_id": "e", "step_count": 1, "env_id": "Wordle-v0", "num_players": 1, "max_turns": None, "turn": 1,
         "last_reward": 0.0}
-    assert state["raw_state"]["game_state"] == {"secret_word": "speed", "guess_history": [["erase", list("YXXYY")]],
-                                                "word_length": 5, "num_guesses": 6}
+    # TextArena's game_state, less the secret while the game runs
+    assert state["raw_state"]["game_state"] == {"guess_history": [["erase", list("YXXYY")]], "word_length": 5,
+                                                "num_guesses": 6}
     assert state["raw_state"]["logs"][1] == [-1, "[erase]"]
+    play(env, "[speed]")
+    assert env.state.raw_state["game_state"]["secret_word"] == "speed"
 
 
 def test_guess_tool_schema_and_result() -> None:
@@ -173,3 +179,43 @@ def test_moves_before_reset_or_after_the_end_get_clear_errors() -> None:
     with pytest.raises(GameOverError, match="the game is over; reset the environment"):
         env.guess("[crane]")
     assert env.reset(word="crane").done is False
+
+
+def test_the_guess_tool_says_how_the_game_ended() -> None:
+    env = WordleEnvironment()
+    env.reset(word="point")
+    assert env.guess("[point]").as_text().endswith(
+        "\n[GAME] You won! Congratulations! You guessed the word correctly! Reward: 1.")
+    env.reset(word="point")
+    env.guess("[xy]")
+    assert env.guess("[zzzzz]").as_text().endswith(
+        "\n[GAME] You lost: two invalid moves in a row end the game. Invalid Move: 'zzzzz' is not an English word. "
+        "The secret word was: **point**. Reward: 0.")
+    env.reset(word="point")
+    for word in ("crane", "slate", "ghost", "mound", "brick"):
+        assert "You lost" not in env.guess(f"[{word}]").as_text()
+    last = env.guess("[fluff]")
+    assert last.done and last.as_text().endswith("The secret word was: **point**. Reward: 0.")
+    assert "\n[GAME] You lost. The turn limit has been reached." in last.as_text()
+    assert "You lost" not in last.messages[0].content   # TextArena's transcript is unchanged
+
+
+def test_one_guess_left_reads_in_the_singular_for_the_model_only() -> None:
+    env = WordleEnvironment()
+    env.reset(word="point")
+    for word in ("crane", "slate", "ghost", "mound"):
+        env.guess(f"[{word}]")
+    fifth = env.guess("[brick]")
+    assert fifth.as_text().endswith("You have 1 guess left.")
+    assert fifth.feedback.endswith("You have 1 guesses left.")   # TextArena's wording on the wire
+
+
+def test_state_shows_the_secret_only_once_the_game_is_over() -> None:
+    env = WordleEnvironment()
+    env.reset(word="point")
+    assert "secret_word" not in env.state.raw_state["game_state"]
+    env.guess("[crane]")
+    assert "secret_word" not in env.state.raw_state["game_state"]
+    assert "point" not in str(env.state.model_dump())
+    env.guess("[point]")
+    assert env.state.raw_state["game_state"]["secret_word"] == "point"

@@ -56,7 +56,9 @@ def test_guess_tool_over_the_wire(wordle_url: str) -> None:
                               "You have 5 guesses left.")
         assert (first.reward, first.done) == (0.0, False)
         won = env.call("guess", guess="speed")
-        assert (won.text, won.reward, won.done) == ("\n[GAME] [speed]", 1.0, True)
+        assert (won.text, won.reward, won.done) == (
+            "\n[GAME] [speed]\n[GAME] You won! Congratulations! You guessed the word correctly! Reward: 1.", 1.0, True)
+        assert won.observation["feedback"] == "\n[GAME] [speed]"
         with pytest.raises(EnvError, match="the game is over") as over:
             env.call("guess", guess="[crane]")
         assert over.value.code == "EXECUTION_ERROR"
@@ -99,7 +101,7 @@ def test_openenv_textarena_client_frames(wordle_url: str) -> None:
 
         again = ask(sock, {"type": "reset", "data": {"seed": 12}})["data"]
         assert again["observation"]["messages"][0]["content"] == PROMPT_TEXT
-        assert ask(sock, {"type": "state"})["data"]["raw_state"]["game_state"]["secret_word"] == "table"
+        assert "secret_word" not in ask(sock, {"type": "state"})["data"]["raw_state"]["game_state"]  # a new game
 
 
 def test_bad_input_gets_clear_errors_and_the_session_carries_on(wordle_url: str) -> None:
@@ -123,7 +125,9 @@ def test_sessions_play_separate_games(wordle_url: str) -> None:
         second.reset(word="crane")
         assert second.step({"message": "[crane]"}).reward == 1.0
         assert first.step({"message": "[crane]"}).done is False
+        assert first.step({"message": "[speed]"}).reward == 1.0
         assert first.state()["raw_state"]["game_state"]["secret_word"] == "speed"
+        assert second.state()["raw_state"]["game_state"]["secret_word"] == "crane"
 
 
 def test_envkit_serve_wordle() -> None:
@@ -132,3 +136,13 @@ def test_envkit_serve_wordle() -> None:
         assert env.health()["max_sessions"] == 64
         env.reset(word="geese")
         assert env.call("guess", guess="[geese]").reward == 1.0
+
+
+def test_a_client_cannot_read_the_secret_mid_game(wordle_url: str) -> None:
+    with EnvClient(wordle_url).sync() as env:
+        env.reset(word="month")
+        env.call("guess", guess="[crane]")
+        assert "month" not in json.dumps(env.state())
+        won = env.call("guess", guess="[month]")
+        assert won.done and "You won!" in won.text
+        assert env.state()["raw_state"]["game_state"]["secret_word"] == "month"

@@ -32,6 +32,8 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
     #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
+    #: Six guesses at most (an invalid move costs no guess, and a second one in a row ends the game).
+    EPISODE_LENGTH = NUM_GUESSES
     TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
 
     def __init__(self) -> None:
@@ -74,10 +76,12 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
         if game.end_reason is not None:
             game_info["reason"] = game.end_reason
         history = [[word, list(marks)] for word, marks in game.guesses]
+        game_state: dict[str, Any] = {"guess_history": history, "word_length": WORD_LENGTH, "num_guesses": NUM_GUESSES}
+        if game.done:  # TextArena's state holds the secret throughout; here a client reads it only once it is no secret
+            game_state = {"secret_word": game.secret, **game_state}
         raw_state = {
             "turn": game.turn,
-            "game_state": {"secret_word": game.secret, "guess_history": history, "word_length": WORD_LENGTH,
-                           "num_guesses": NUM_GUESSES},
+            "game_state": game_state,
             "logs": [[GAME_ID, text] for text in game.transcript],
             "rewards": None if game.reward is None else {str(PLAYER_ID): game.reward},
             "done": game.done,
@@ -103,6 +107,19 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
         """
         return self.step(WordleAction(message=guess))
 
+    @property
+    def secret_word(self) -> str | None:
+        """The current game's secret, for code in this process (clients see it in `state` only once the game is over)."""
+        return None if self._game is None else self._game.secret
+
+    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
+        """The reference solver's next guess as a `guess` tool call; None when no game is running."""
+        from .policies import Solver
+
+        if self._game is None or self._game.done:
+            return None
+        return "guess", {"guess": Solver().act(self._game.render())}
+
     def _require_game(self) -> WordleGame:
         if self._game is None:
             raise RuntimeError("no game in progress: call reset() before step()")
@@ -120,8 +137,21 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
             prompt=transcript.strip() if game.turn == 0 else ENV_ID,
             messages=[message], current_player_id=PLAYER_ID, legal_players=[PLAYER_ID], info=info,
             metadata=metadata, feedback=new_text, guesses_left=game.guesses_left,
-            reward_components=reward_components(game), reward=game.reward or 0.0, done=game.done,
+            reward_components=reward_components(game), outcome=_outcome(game), reward=game.reward or 0.0,
+            done=game.done,
         )
+
+
+def _outcome(game: WordleGame) -> str:
+    """How the game ended, in TextArena's words with the verdict first; empty while it runs."""
+    if not game.done:
+        return ""
+    if game.won:
+        return f"You won! {game.end_reason} Reward: {game.reward:g}."
+    if game.ended_by_invalid_move:
+        return (f"You lost: two invalid moves in a row end the game. {game.end_reason} The secret word was: "
+                f"**{game.secret}**. Reward: {game.reward:g}.")
+    return f"You lost. {game.end_reason} Reward: {game.reward:g}."
 
 
 def _secret(seed: int | None, word: str | None, secret_index: int | None) -> str:

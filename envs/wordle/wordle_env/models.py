@@ -41,14 +41,21 @@ class WordleObservation(Observation):
     guesses_left: int = Field(default=6, ge=0, description="Valid guesses the player may still make")
     reward_components: dict[str, float] = Field(default_factory=dict,
                                                 description="Parts a trainer can weigh into its own reward")
+    outcome: str = Field(default="", description="Once the game is over: won or lost, why, and the secret word")
 
     def as_text(self) -> str:
-        """The new text only: the whole prompt after a reset, the reply to the guess after a step."""
-        return self.feedback
+        """What a model reads: the new text only (the whole prompt after a reset, the reply to the guess after a
+        step), then how the game ended once it has. TextArena's "1 guesses left" reads "1 guess left" here."""
+        text = self.feedback.replace("You have 1 guesses left.", "You have 1 guess left.")
+        return f"{text}\n[GAME] {self.outcome}" if self.outcome else text
 
 
 class WordleState(State):
-    """The episode's state, shaped like OpenEnv's TextArena state (the secret is in `raw_state`)."""
+    """The episode's state, shaped like OpenEnv's TextArena state.
+
+    `raw_state["game_state"]` carries the secret word (`secret_word`, as TextArena's does) only once the
+    game is over, so that no client, an evaluation or a public server's, can read the answer mid-game.
+    """
 
     env_id: str = "Wordle-v0"
     num_players: int = 1

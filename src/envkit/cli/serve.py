@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from functools import partial
 from typing import Any
 
@@ -47,6 +48,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve my_package.env:MyEnvironment --session-timeout 60
       envkit serve echo --transport picows --max-concurrent-envs 1024
     """
+    from ..ports import ListenError, check_listen
     from ..serving import app_from_environment, resolve_target
 
     if transport == "picows":
@@ -72,6 +74,11 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
     pool = app.state.envkit_pool
+    try:
+        check_listen(host, port)
+    except ListenError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
     def announce(bound_port: int) -> None:

@@ -45,9 +45,11 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Episodes per device per step (a multiple of --num-generations). [default: 16 for tiny, else 8]")
 @click.option("--gradient-accumulation-steps", type=int, default=None, help="[default: 1]")
 @click.option("--max-completion-length", type=int, default=None,
-              help="Token budget of a whole episode, tool results included. [default: 128 for tiny, else 1024]")
+              help="Token budget of a whole episode, tool results included. [default: fitted to the environment's "
+                   "episode length; else 128 for tiny, 1024 for others]")
 @click.option("--max-tool-calling-iterations", type=int, default=None,
-              help="Model turns that call tools, per episode, at most. [default: 3 for tiny, else 10]")
+              help="Model turns that call tools, per episode, at most. [default: the environment's episode length + 2; "
+                   "else 3 for tiny, 10 for others]")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature. [default: 1.0]")
 @click.option("--beta", type=float, default=None, help="KL coefficient (0: no reference model). [default: 0]")
 @click.option("--enable-thinking/--disable-thinking", default=None,
@@ -99,6 +101,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
 
+    from ..train.models import ModelNotFoundError
     from ..train.runner import TrainingStopped, run
     from ..train.schema import BindingError
 
@@ -106,7 +109,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
     try:
         summary = run(settings, say=say, show_steps=not quiet)
-    except BindingError as error:
+    except (BindingError, ModelNotFoundError) as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(1)
     except ConfigurationError as error:

@@ -1,4 +1,5 @@
-"""What a run shows and leaves behind: a line and a progress bar per step, metrics files, a plot, a summary.
+"""What a run shows and leaves behind: a line per step (and a progress bar on a terminal), metrics files, a plot,
+a summary, and a warning when the run has no learning signal.
 
 Files in the output directory:
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import sys
 import time
@@ -22,7 +24,14 @@ from transformers import TrainerCallback
 
 from .binding import Tally
 
-__all__ = ["RunReport", "Summary"]
+__all__ = ["RunReport", "Summary", "ZERO_SIGNAL_STEPS", "ZERO_SIGNAL_SHARE"]
+
+logger = logging.getLogger("envkit.train")
+
+#: After this many steps, the run is checked once for a learning signal ...
+ZERO_SIGNAL_STEPS = 3
+#: ... and a warning names the likely cause when at least this share of GRPO groups had one reward for all.
+ZERO_SIGNAL_SHARE = 0.75
 
 #: TRL's log keys → the names in envkit's metrics files.
 _COLUMNS = {
@@ -54,6 +63,7 @@ class Summary:
     lost_reasons: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
+    no_signal: str | None = None
 
     def table(self) -> str:
         """The summary as aligned text lines."""
@@ -72,6 +82,8 @@ class Summary:
                      f"{self.env_share:.0%} of it waiting for the environment)")
         for name, path in self.files.items():
             lines.append(f"{name}: {path}")
+        if self.no_signal:
+            lines.append(f"warning: {self.no_signal}")
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}")
         return "\n".join(lines)
@@ -86,13 +98,19 @@ def _number(value: Any) -> Any:
 
 
 class RunReport(TrainerCallback):
-    """A transformers callback: one line and a progress bar update per step, metrics written as they come."""
+    """A transformers callback: one line per step (with a progress bar when `stream` is a terminal), metrics
+    written as they come, and one warning if the first steps show no learning signal.
+
+    `budget`: the run's (tool-calling turns, completion tokens) per episode, named in that warning.
+    """
 
     def __init__(self, output_dir: Path, tally: Tally, max_steps: int, reward_names: list[str], *,
-                 show: bool = True, stream: Any = None) -> None:
+                 show: bool = True, stream: Any = None, budget: tuple[int, int] | None = None) -> None:
         self.output_dir = output_dir
         self.tally = tally
         self.max_steps = max_steps
+        self.budget = budget
+        self.zero_signal: str | None = None
         self.columns = {**_COLUMNS, **{f"rewards/{name}/mean": name for name in reward_names}}
         self.show = show
         self.stream = stream if stream is not None else sys.stderr
@@ -109,7 +127,7 @@ class RunReport(TrainerCallback):
         self.metrics_path.write_text("")
         self._started = self._last = time.perf_counter()
         self._env_mark = self.tally.env_seconds
-        if not self.show:
+        if not self.show or not _is_terminal(self.stream):
             return
         self._bar = tqdm(total=self.max_steps, desc="envkit train", unit="step", file=self.stream,
                          dynamic_ncols=True, leave=False)
@@ -121,6 +139,10 @@ class RunReport(TrainerCallback):
         row: dict[str, Any] = {"step": state.global_step}
         # a value TRL could not compute (every episode of the step lost) is NaN, or None once logged: null here
         row.update({column: _number(logs[key]) for key, column in self.columns.items() if key in logs})
+        if "frac_reward_zero_std" in logs:
+            row["zero_std_groups"] = _number(logs["frac_reward_zero_std"])
+        if "completions/clipped_ratio" in logs:
+            row["clipped_ratio"] = _number(logs["completions/clipped_ratio"])
         row.update(episodes_lost=self.tally.lost, step_seconds=round(now - self._last, 4),
                    env_seconds=round(self.tally.env_seconds - self._env_mark, 4))
         self._last, self._env_mark = now, self.tally.env_seconds
@@ -134,6 +156,42 @@ class RunReport(TrainerCallback):
             self._bar.write(line, file=self.stream)
             self._bar.set_postfix_str(f"reward {_fmt(row['reward'])}", refresh=False)
             self._bar.update(1)
+        elif self.show:
+            print(line, file=self.stream, flush=True)
+        if len(self.rows) == ZERO_SIGNAL_STEPS:
+            self._check_signal()
+
+    def _check_signal(self) -> None:
+        """Warn once when most GRPO groups so far had the same reward for every episode: no advantage, no
+        gradient. Names what was seen (finished episodes, tool calls against the budget, cut completions)."""
+        shares = [row["zero_std_groups"] for row in self.rows if isinstance(row.get("zero_std_groups"), float)]
+        if not shares or sum(shares) / len(shares) < ZERO_SIGNAL_SHARE:
+            return
+        tally = self.tally
+        finished = tally.finished / tally.episodes if tally.episodes else 0.0
+        calls = tally.tool_calls / tally.episodes if tally.episodes else 0.0
+        clipped = _mean(row.get("clipped_ratio") for row in self.rows)
+        turns, tokens = self.budget or (None, None)
+        seen = [f"{finished:.0%} of {tally.episodes} episodes finished by the environment",
+                f"{calls:.1f} tool calls per episode" + (f" against a budget of {turns} turns" if turns else "")]
+        if not math.isnan(clipped):
+            seen.append(f"{clipped:.0%} of completions cut at {tokens} tokens" if tokens else
+                        f"{clipped:.0%} of completions cut")
+        causes = []
+        if turns and calls >= 0.8 * turns:
+            causes.append("the turn budget runs out: raise --max-tool-calling-iterations")
+        if not math.isnan(clipped) and clipped >= 0.2:
+            causes.append("the token budget cuts episodes short: raise --max-completion-length")
+        if finished < 0.5 and not causes:
+            causes.append("the model stops calling tools before the game ends: a model that plays whole episodes "
+                          "(more warm-up, a larger model) or a reward that scores unfinished ones")
+        if not causes:
+            causes.append("every episode of a group scores the same: a reward with more levels, or more "
+                          "--num-generations per group")
+        self.zero_signal = (f"no learning signal: in {sum(shares) / len(shares):.0%} of GRPO groups over the first "
+                            f"{len(self.rows)} steps every episode got the same reward, so their advantage and "
+                            f"loss are 0. Seen: {'; '.join(seen)}. Likely cause: {'; or '.join(causes)}.")
+        logger.warning("%s", self.zero_signal)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close_bar()
@@ -165,7 +223,7 @@ class RunReport(TrainerCallback):
             end={key: _mean(row.get(key) for row in self.rows[-window:]) for key in keys},
             episodes=self.tally.episodes, finished=self.tally.finished, lost=self.tally.lost,
             tool_calls=self.tally.tool_calls, tool_errors=dict(self.tally.error_codes),
-            lost_reasons=sorted(set(self.tally.lost_reasons)), files=files, stopped=stopped)
+            lost_reasons=sorted(set(self.tally.lost_reasons)), files=files, stopped=stopped, no_signal=self.zero_signal)
 
     def _write_csv(self) -> Path:
         path = self.output_dir / "metrics.csv"
@@ -207,6 +265,14 @@ class RunReport(TrainerCallback):
         figure.savefig(path)
         plt.close(figure)
         return path
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 def _mean(values: Any) -> float:

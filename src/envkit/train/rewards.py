@@ -16,6 +16,11 @@ invalid_moves after every move); an episode that never reported it scores 0.
 Lost episodes (the session dropped mid-game) are unscorable: every function returns None for
 them, your own included, so TRL leaves them out of the group baseline and gives them no
 advantage. They are counted in the `episodes/lost` metric.
+
+So are abandoned ones, for `env` and component rewards: an episode of an environment that declares
+an episode length (`episode_length` in `/metadata`, e.g. Catch's 9 moves) which the model left before
+the environment ended it (it stopped calling tools, or ran out of turns or tokens). Such an episode
+has no outcome yet; scoring it 0 would rank quitting above losing, and GRPO would learn to quit.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from .binding import Episode, ServedEnvironment
 
-__all__ = ["RewardChoice", "parse_reward", "reward_functions"]
+__all__ = ["RewardChoice", "parse_reward", "reward_functions", "abandoned"]
 
 ENV_REWARD = "env"
 
@@ -121,7 +126,8 @@ def _component(name: str) -> Callable[[Episode], float]:
 
 def _scorer(name: str, env: str, score: Callable[[Episode], float]) -> Callable[..., list[float | None]]:
     def reward(environments: Sequence[ServedEnvironment], **_: Any) -> list[float | None]:
-        return [score(item.episode) if _scorable(item) and item.env_name == env else None for item in environments]
+        return [score(item.episode) if _scorable(item) and not abandoned(item) and item.env_name == env else None
+                for item in environments]
 
     reward.__name__ = reward.__qualname__ = name
     return reward
@@ -129,6 +135,12 @@ def _scorer(name: str, env: str, score: Callable[[Episode], float]) -> Callable[
 
 def _scorable(environment: ServedEnvironment) -> bool:
     return environment.episode is not None and environment.episode.lost is None
+
+
+def abandoned(environment: ServedEnvironment) -> bool:
+    """The episode was left unfinished in an environment whose episodes have a set length."""
+    return (environment.episode is not None and not environment.episode.done
+            and bool(environment.metadata.get("episode_length")))
 
 
 def _masked(values: Sequence[float | None], environments: Sequence[ServedEnvironment]) -> list[float | None]:

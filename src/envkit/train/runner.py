@@ -4,8 +4,10 @@
     from envkit.train.settings import TrainSettings
     summary = run(TrainSettings(env=["echo"], model="tiny", max_steps=5))
 
-If the environment servers stay unreachable past `reconnect_timeout` the run stops with
-`TrainingStopped`; the metrics, plot and summary of the steps done are still written.
+The model is located first (`models.locate_model`), before anything is served or built: a model
+that is nowhere raises `ModelNotFoundError`. If the environment servers stay unreachable past
+`reconnect_timeout` the run stops with `TrainingStopped`; the metrics, plot and summary of the
+steps done are still written.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ..client import EnvClient
+from ..environment import Environment
 from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
 from .binding import ServedEnvironment, Tally, bind, tool_names
 from .data import env_rows, file_rows, task_prompt
 from .embedded import serve_envs
+from .models import locate_model
 from .rewards import parse_reward, reward_functions
 from .settings import TrainSettings
 
@@ -58,21 +62,27 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
+    source = locate_model(settings.model)
+    if source.kind != "tiny":
+        say(f"model {settings.model}: " + {"folder": "local folder", "cache": f"in the Hugging Face cache ({source.path})",
+                                          "hub": "on the Hugging Face Hub (downloaded on first use)"}[source.kind])
     with ExitStack() as stack:
-        urls = _environment_urls(settings, stack, say)
-        prepared = prepare(settings, urls, say, show_steps=show_steps)
+        urls, players = _environment_urls(settings, stack, say)
+        prepared = prepare(settings, urls, say, show_steps=show_steps, players=players)
         return train(prepared)
 
 
-def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[str], None]) -> dict[str, str]:
+def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[str], None]
+                      ) -> tuple[dict[str, str], dict[str, type[Environment]]]:
+    """The servers to train against, and the classes of those served here (by name)."""
     sessions = settings.batch_size * settings.gradient_accumulation_steps
     if settings.env_url:
         names = settings.env or [_server_name(url) for url in settings.env_url]
-        return dict(zip(names, settings.env_url, strict=True))
-    urls = stack.enter_context(serve_envs(settings.env, sessions))
-    for name, url in urls.items():
+        return dict(zip(names, settings.env_url, strict=True)), {}
+    served = stack.enter_context(serve_envs(settings.env, sessions))
+    for name, (url, _) in served.items():
         say(f"serving {name} on {url} (in this process)")
-    return urls
+    return {name: url for name, (url, _) in served.items()}, {name: cls for name, (_, cls) in served.items()}
 
 
 def _server_name(url: str) -> str:
@@ -80,8 +90,13 @@ def _server_name(url: str) -> str:
 
 
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
-            show_steps: bool = True) -> Run:
-    """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
+            show_steps: bool = True, players: Mapping[str, type[Environment]] | None = None) -> Run:
+    """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved).
+
+    `players`: the classes of environments served in this process, by name; the tiny model warms up
+    on whole episodes of those with a scripted player. The turn and token budgets not set are fitted
+    to the episode length the environments declare (`TrainSettings.fitted`).
+    """
     _check_vllm(settings)
     classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
     for name, cls in classes.items():
@@ -97,7 +112,10 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     import torch
 
     on_gpu = torch.cuda.is_available()
-    model, tokenizer = _model(settings, classes, rows, on_gpu, say)
+    model, tokenizer, episode_tokens = _model(settings, classes, rows, on_gpu, say, players or {})
+    settings = settings.fitted(_episode_length(classes), episode_tokens)
+    say(f"episode budget: {settings.max_tool_calling_iterations} tool-calling turns, "
+        f"{settings.max_completion_length} tokens")
     tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
     for cls in classes.values():
         cls.tally = tally
@@ -117,7 +135,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
-                       show=show_steps)
+                       show=show_steps, budget=(settings.max_tool_calling_iterations, settings.max_completion_length))
     trainer.add_callback(report)
     return Run(settings, classes, rows, tally, trainer, report)
 
@@ -186,11 +204,20 @@ def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:
                                      f"{sessions} or more, or lower --batch-size")
 
 
+def _episode_length(classes: Mapping[str, type[ServedEnvironment]]) -> int | None:
+    """The longest episode (in tool calls) the bound environments declare in `/metadata`, or None."""
+    lengths = [length for cls in classes.values() if isinstance(length := cls.metadata.get("episode_length"), int)
+               and not isinstance(length, bool) and length > 0]
+    return max(lengths) if lengths else None
+
+
 def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]], rows: list[dict[str, Any]],
-           on_gpu: bool, say: Callable[[str], None]) -> tuple[Any, Any]:
-    """The policy and its tokenizer: the tiny model built here, or a local path / Hub id for TRL to load."""
+           on_gpu: bool, say: Callable[[str], None], players: Mapping[str, type[Environment]]
+           ) -> tuple[Any, Any, int | None]:
+    """The policy, its tokenizer and (tiny model) its longest warm-up episode in tokens: the tiny model built
+    here, or a local path / Hub id for TRL to load."""
     if not settings.tiny:
-        return settings.model, None
+        return settings.model, None, None
     from .tiny import GPU_SPEC, TinyModelSpec, build_tiny_model, describe
 
     if not on_gpu:
@@ -200,11 +227,12 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
     spec = GPU_SPEC if settings.vllm_mode != "none" else TinyModelSpec(seed=settings.seed)
     save_to = Path(settings.output_dir) / "tiny-model" if settings.vllm_mode != "none" else None
     started = time.perf_counter()
-    model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to)
+    model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to, players=players)
     say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
+    episode_tokens = int(figures["episode_tokens"])
     if save_to is not None:  # vLLM loads the policy from disk
-        return str(save_to), None
-    return model, tokenizer
+        return str(save_to), None, episode_tokens
+    return model, tokenizer, episode_tokens
 
 
 @contextmanager

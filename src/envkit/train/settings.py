@@ -2,7 +2,10 @@
 
 Precedence: a flag given on the command line beats the config file, which beats the defaults.
 Defaults depend on the model: `--model tiny` gets settings that finish on a laptop CPU in a
-minute or two; any other model gets TRL's defaults for a real run.
+minute or two; any other model gets TRL's defaults for a real run. The turn and token budgets of
+an episode (`max_tool_calling_iterations`, `max_completion_length`), when not set, are fitted to
+the environments once they are bound (`fitted`): to the episode length they declare, and for the
+tiny model to the length of its warm-up episodes in tokens.
 
 A config file uses the same names as the flags (`max_steps` or `max-steps`), plus an optional
 `grpo:` table of any other `GRPOConfig` field:
@@ -77,14 +80,35 @@ class TrainSettings:
             "learning_rate": 2e-3 if tiny else 1e-6,
             "num_generations": 8,
             "batch_size": 16 if tiny else 8,
-            "max_completion_length": 128 if tiny else 1024,
-            "max_tool_calling_iterations": 3 if tiny else 10,
         }
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
         done = dataclasses.replace(self, **values)
         done.check()
         return done
+
+    def fitted(self, episode_length: int | None, episode_tokens: int | None = None) -> TrainSettings:
+        """A copy whose unset turn and token budgets fit the environments' episodes.
+
+        `episode_length`: the most tool calls an episode of any bound environment takes (their
+        `episode_length` in `/metadata`), or None when none declares one. `episode_tokens`: the longest
+        tiny-model warm-up episode in tokens. With a length, the turn budget is that length plus two
+        (room for refused calls); the tiny model's token budget is its warm-up episodes' length with a
+        quarter to spare, any other model's 128 tokens a turn (1,024 at least). Without: 3 turns and
+        128 tokens for the tiny model, 10 turns and 1,024 tokens for others.
+        """
+        tiny = self.tiny
+        turns = self.max_tool_calling_iterations
+        if turns is None:
+            turns = (episode_length + 2 if tiny else max(10, episode_length + 2)) if episode_length else (
+                3 if tiny else 10)
+        tokens = self.max_completion_length
+        if tokens is None:
+            if tiny:
+                tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
+            else:
+                tokens = max(1024, 128 * turns)
+        return dataclasses.replace(self, max_tool_calling_iterations=turns, max_completion_length=tokens)
 
     def check(self) -> None:
         """Raise `ConfigurationError` for values that cannot work, saying which and what to do."""
@@ -132,8 +156,11 @@ class TrainSettings:
         return kwargs
 
     def grpo_config(self, *, on_gpu: bool) -> Any:
-        """The `trl.GRPOConfig` for these settings (call on resolved settings)."""
+        """The `trl.GRPOConfig` for these settings (call on resolved settings; unset budgets get `fitted(None)`'s)."""
         from trl import GRPOConfig
+
+        if self.max_completion_length is None or self.max_tool_calling_iterations is None:
+            return self.fitted(None).grpo_config(on_gpu=on_gpu)
 
         kwargs: dict[str, Any] = {
             "output_dir": self.output_dir,

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .binding import ServedEnvironment, tool_names
+from ..environment import Environment, Observation
+from .binding import NOT_FOR_ENV, ServedEnvironment, _separated, tool_names
 
 __all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "CHAT_TEMPLATE_KWARGS"]
 
@@ -55,6 +56,7 @@ class TinyModelSpec:
     head_dim: int = 16
     episodes: int = 16
     max_turns: int = 3
+    scripted_share: float = 0.75
     warmup_steps: int = 100
     warmup_lr: float = 5e-3
     seed: int = 0
@@ -94,43 +96,107 @@ def _tool_schemas(environment: ServedEnvironment) -> list[dict[str, Any]]:
     return [get_json_schema(getattr(environment, name)) for name in tool_names(type(environment))]
 
 
-def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
-                           *, max_turns: int, seed: int = 0) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """Play one scripted episode per row over real sessions; each as (chat messages, tool schemas).
+Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
-    Tool calls use random valid arguments; errors the environment returns become tool messages,
-    as in TRL. Every episode ends with a short final answer.
+
+def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
+                           *, max_turns: int, seed: int = 0, players: Mapping[str, type[Environment]] | None = None,
+                           scripted_share: float = 0.75) -> list[Conversation]:
+    """Play one scripted episode per row; each as (chat messages, tool schemas).
+
+    An environment in `players` (its class, served in this process) whose `scripted_tool_call()`
+    answers is played in this process to the end of the episode: each move is its scripted player's
+    with probability `scripted_share`, else a random valid call, so that the model learns to play
+    whole episodes and GRPO still has better and worse ones to compare. Any other environment is
+    played over a real session with 1 to `max_turns` calls of random valid arguments. Errors the
+    environment returns become tool messages, as in TRL. Every episode ends with a short final answer.
     """
     rng = random.Random(seed)
     conversations = []
     for row in rows:
-        cls = classes[row.get("environment")] if row.get("environment") in classes else next(iter(classes.values()))
-        environment = cls()
-        first = environment.reset(**row)
-        prompt = [dict(message) for message in row["prompt"]]
-        prompt[-1]["content"] = prompt[-1]["content"] + first
-        messages = list(prompt)
-        listing = _tool_schemas(environment)
-        for _ in range(rng.randint(1, max_turns)):
-            tool = rng.choice(listing)["function"]
-            properties = tool["parameters"].get("properties", {})
-            required = set(tool["parameters"].get("required", ()))
-            arguments = {name: sample_argument(schema, rng) for name, schema in properties.items()
-                         if name in required or rng.random() < 0.5}
-            try:
-                result: Any = getattr(environment, tool["name"])(**arguments)
-            except ValueError as error:
-                result = {"error": str(error)}
-            messages.append({"role": "assistant", "content": "",
-                             "tool_calls": [{"type": "function", "function": {"name": tool["name"],
-                                                                              "arguments": arguments}}]})
-            messages.append({"role": "tool", "name": tool["name"], "content": str(result)})
-            if environment.episode is not None and (environment.episode.done or environment.episode.lost):
-                break
+        name = row.get("environment") if row.get("environment") in classes else next(iter(classes))
+        served = classes[name]()
+        listing = _tool_schemas(served)
+        player = (players or {}).get(name)
+        if player is not None and _has_scripted_player(player):
+            messages = _play_locally(player, row, listing, rng, scripted_share)
+        else:
+            messages = _play_over_session(served, row, listing, rng, max_turns)
+        served._close()
         messages.append({"role": "assistant", "content": rng.choice(["Done.", "I am done.", "Finished."])})
-        environment._close()
         conversations.append((messages, listing))
     return conversations
+
+
+def _has_scripted_player(env_class: type[Environment]) -> bool:
+    return env_class.scripted_tool_call is not Environment.scripted_tool_call
+
+
+def _random_call(listing: list[dict[str, Any]], rng: random.Random) -> tuple[str, dict[str, Any]]:
+    tool = rng.choice(listing)["function"]
+    properties = tool["parameters"].get("properties", {})
+    required = set(tool["parameters"].get("required", ()))
+    return tool["name"], {name: sample_argument(schema, rng) for name, schema in properties.items()
+                          if name in required or rng.random() < 0.5}
+
+
+def _call_turn(name: str, arguments: dict[str, Any], result: Any) -> list[dict[str, Any]]:
+    """The assistant's tool call and the tool's reply, as TRL puts them in the conversation."""
+    return [{"role": "assistant", "content": "",
+             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "name": name, "content": str(result)}]
+
+
+def _opening(row: dict[str, Any], first: str) -> list[dict[str, Any]]:
+    prompt = [dict(message) for message in row["prompt"]]
+    prompt[-1]["content"] = prompt[-1]["content"] + first
+    return prompt
+
+
+def _play_over_session(environment: ServedEnvironment, row: dict[str, Any], listing: list[dict[str, Any]],
+                       rng: random.Random, max_turns: int) -> list[dict[str, Any]]:
+    messages = _opening(row, environment.reset(**row))
+    for _ in range(rng.randint(1, max_turns)):
+        name, arguments = _random_call(listing, rng)
+        try:
+            result: Any = getattr(environment, name)(**arguments)
+        except ValueError as error:
+            result = {"error": str(error)}
+        messages.extend(_call_turn(name, arguments, result))
+        if environment.episode is not None and (environment.episode.done or environment.episode.lost):
+            break
+    return messages
+
+
+def _play_locally(env_class: type[Environment], row: dict[str, Any], listing: list[dict[str, Any]],
+                  rng: random.Random, scripted_share: float) -> list[dict[str, Any]]:
+    """One whole episode in this process, with the texts the served environment would send."""
+    from ..protocol import result_text
+    from ..ws_handler import reset_parameters
+
+    accepted = reset_parameters(env_class)
+    kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None
+              and (accepted is None or key in accepted)}
+    environment = env_class()
+    try:
+        observation = environment.reset(**kwargs)
+        messages = _opening(row, _separated(row.get("prompt"), observation.as_text()))
+        limit = 2 * (env_class.EPISODE_LENGTH or 10)
+        for _ in range(limit):
+            scripted = environment.scripted_tool_call()
+            if scripted is None:
+                break
+            name, arguments = scripted if rng.random() < scripted_share else _random_call(listing, rng)
+            try:
+                result: Any = getattr(environment, name)(**arguments)
+            except ValueError as error:
+                result = {"error": str(error)}
+            messages.extend(_call_turn(name, arguments, result if isinstance(result, dict) else result_text(result)))
+            if isinstance(result, Observation) and result.done:
+                break
+    finally:
+        environment.close()
+    return messages
 
 
 def _train_tokenizer(texts: list[str], spec: TinyModelSpec) -> Any:
@@ -160,12 +226,15 @@ def _training_template(tokenizer: Any) -> str:
 
 
 def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
-                     spec: TinyModelSpec | None = None, save_to: Path | None = None
-                     ) -> tuple[Any, Any, dict[str, float]]:
+                     spec: TinyModelSpec | None = None, save_to: Path | None = None,
+                     players: Mapping[str, type[Environment]] | None = None) -> tuple[Any, Any, dict[str, float]]:
     """Build, warm up and return `(model, tokenizer, figures)`; optionally save both to `save_to`.
 
     `rows` are dataset rows (with `prompt`, and `environment` when several environments are bound);
-    one scripted episode is played per row, cycling through them.
+    one scripted episode is played per row, cycling through them. `players` are the classes of the
+    environments served in this process, by name: those with a scripted player are warmed up on whole
+    episodes (see `scripted_conversations`). `figures["episode_tokens"]` is the longest warm-up
+    episode in tokens, everything after the prompt (what TRL's `max_completion_length` bounds).
     """
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -174,7 +243,8 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     started = time.perf_counter()
     torch.manual_seed(spec.seed)
     chosen = [rows[index % len(rows)] for index in range(spec.episodes)]
-    conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed)
+    conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
+                                           scripted_share=spec.scripted_share)
     played = time.perf_counter()
 
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -201,6 +271,7 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     loss = _warm_up(model, batch, spec)
     model.eval()
     figures = {"parameters": float(sum(p.numel() for p in model.parameters())), "warmup_loss": loss,
+               "episode_tokens": float(_longest_episode(batch)),
                "vocab_size": float(len(tokenizer)), "play_seconds": played - started,
                "build_seconds": time.perf_counter() - started}
     if save_to is not None:
@@ -229,6 +300,16 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
         attention[row, : len(tokens)] = 1
         labels[row, : len(tokens)] = torch.where(mask, tokens, torch.full_like(tokens, -100))
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+
+
+def _longest_episode(batch: dict[str, Any]) -> int:
+    """Tokens from each conversation's first assistant token to its end, at most."""
+    longest = 0
+    for labels, attention in zip(batch["labels"], batch["attention_mask"], strict=True):
+        trained = (labels != -100).nonzero()
+        if len(trained):
+            longest = max(longest, int(attention.sum()) - int(trained[0]))
+    return longest
 
 
 def _warm_up(model: Any, batch: dict[str, Any], spec: TinyModelSpec) -> float:
