@@ -108,6 +108,8 @@ def test_envkit_serve_serves_the_rendered_env(rendered: Path) -> None:
     ("tests", "names a folder an env keeps beside its package"),
     ("wheels", "or one `envkit push` leaves out"),
     ("fastapi", "the name of an installed module"),
+    ("echo", "'echo' is the name of a bundled env (catch, echo, wordle)"),
+    ("wordle", "pick another name, e.g. `my_wordle`"),
 ])
 def test_bad_names_are_usage_errors_that_write_nothing(tmp_path: Path, name: str, message: str) -> None:
     done = envkit("new", name, "--output-dir", str(tmp_path / "out"))

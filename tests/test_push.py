@@ -160,6 +160,7 @@ def test_push_without_a_token_says_how_to_log_in(echo_copy: Path, tmp_path: Path
     done = envkit("push", str(echo_copy), env=hub_env(tmp_path, "http://127.0.0.1:9", token=None))
     assert done.returncode == 1
     assert "no Hugging Face token; set HF_TOKEN or run `hf auth login`" in done.stderr
+    assert "Uploading" not in done.stdout and "wheels/" not in done.stdout
 
 
 # -- uploading to a stand-in for the Hub API -----------------------------------------------------
@@ -252,7 +253,7 @@ def test_a_refusal_from_the_hub_is_reported_without_the_token(echo_copy: Path, t
     assert done.returncode == 1
     assert "the Hugging Face Hub refused creating or uploading to bob/echo" in done.stderr
     assert "403" in done.stderr and "rights to create a Space" in done.stderr
-    assert stand_in.commits == []
+    assert stand_in.commits == [] and "Uploading" not in done.stdout
     assert TOKEN not in done.stdout + done.stderr
 
 
@@ -262,6 +263,7 @@ def test_an_unreachable_hub_is_reported(echo_copy: Path, tmp_path: Path) -> None
     assert done.returncode == 1
     assert "cannot reach the Hugging Face Hub at http://127.0.0.1:9 while asking the Hub whose token this is" in done.stderr
     assert "check the network or HF_ENDPOINT" in done.stderr and TOKEN not in done.stdout + done.stderr
+    assert done.stdout == ""   # no "Uploading ..." nor a file list before the Hub has answered
 
 
 # -- the staged folder stands on its own ---------------------------------------------------------

@@ -83,6 +83,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
         EPISODE_LENGTH: how many tool calls an episode takes when played to its end (Catch: 9 moves;
             Wordle: at most 6 guesses); None when episodes have no set length. Published in
             `/metadata` as `episode_length`; `envkit train` fits its turn and token budgets to it.
+        REWARD_RANGE: the lowest and highest reward one episode can sum to (Catch: -1 to 1), or None.
+            Published in `/metadata` as `reward_range`; `envkit train` scores an episode the model
+            abandoned before the environment ended it with the lowest, so quitting never beats losing.
 
     Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
     synchronous methods; the server then awaits them directly.
@@ -95,6 +98,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
     EPISODE_LENGTH: ClassVar[int | None] = None
+    REWARD_RANGE: ClassVar[tuple[float, float] | None] = None
 
     @classmethod
     def splits(cls) -> list[str]:

@@ -5,7 +5,8 @@ push time, because envkit is not on PyPI: the Space's Dockerfile installs envkit
 and the env from `.`, taking only third-party packages (fastapi, ...) from the package index.
 
     staged = stage_space(Path("my_env"), Path("my_env/build/space"))
-    url = upload_space(staged, "alice/my_env", token=huggingface_hub.get_token())
+    space = create_space(staged.name, "alice/my_env", token=huggingface_hub.get_token())  # network, token checked
+    url = upload_space(staged, space)
 
 The wheel comes from the envkit source tree when envkit runs from one (an editable install or a
 checkout, built with hatchling), and otherwise is repacked from the installed distribution's files.
@@ -23,13 +24,17 @@ import re
 import shutil
 import tomllib
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigurationError, EnvkitError
 from .serving import read_manifest
 
-__all__ = ["PublishError", "StagedSpace", "build_envkit_wheel", "stage_space", "upload_space", "check_repo_id", "STAGED_MARKER"]
+__all__ = ["PublishError", "StagedSpace", "HubSpace", "build_envkit_wheel", "stage_space", "create_space", "upload_space",
+           "check_repo_id", "STAGED_MARKER"]
 
 #: Left in a staged folder so a later staging may replace it; never uploaded.
 STAGED_MARKER = ".envkit-staged"
@@ -156,28 +161,59 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = False, token: str | None = None) -> str:
-    """Create the Space (docker SDK) if missing and upload the staged folder; returns the Space's URL.
+@dataclass
+class HubSpace:
+    """A Space on the Hub that exists and that the token may write to: what `create_space` returns."""
 
-    `repo_id` None means `<user>/<env name>` for the token's user. The token defaults to
-    huggingface_hub's own lookup (HF_TOKEN, then the login cache).
+    api: Any
+    repo_id: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.api.endpoint.rstrip('/')}/spaces/{self.repo_id}"
+
+
+def create_space(name: str, repo_id: str | None, *, private: bool = False, token: str | None = None) -> HubSpace:
+    """Create the Space (docker SDK) if missing; the first call that needs the network and the token.
+
+    `repo_id` None means `<user>/<name>` for the token's user. The token defaults to huggingface_hub's
+    own lookup (HF_TOKEN, then the login cache). Raises `PublishError` when the Hub cannot be reached
+    or refuses.
     """
-    import httpx
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(token=token)
-    doing = "asking the Hub whose token this is"
-    try:
+    with _hub_errors(api, "asking the Hub whose token this is") as doing:
         if repo_id is None:
-            repo_id = f"{api.whoami()['name']}/{staged.name}"
-        doing = f"creating or uploading to {repo_id}"
+            repo_id = f"{api.whoami()['name']}/{name}"
+        doing[0] = f"creating or uploading to {repo_id}"
         api.create_repo(repo_id, repo_type="space", space_sdk="docker", private=private, exist_ok=True)
-        api.upload_folder(repo_id=repo_id, repo_type="space", folder_path=str(staged.folder),
-                          ignore_patterns=[STAGED_MARKER], commit_message=f"envkit push: {staged.name}")
+    return HubSpace(api, repo_id)
+
+
+def upload_space(staged: StagedSpace, space: HubSpace | str | None, *, private: bool = False,
+                 token: str | None = None) -> str:
+    """Upload the staged folder to `space` (from `create_space`, or a repo id / None, created first); returns
+    the Space's URL."""
+    if not isinstance(space, HubSpace):
+        space = create_space(staged.name, space, private=private, token=token)
+    with _hub_errors(space.api, f"creating or uploading to {space.repo_id}"):
+        space.api.upload_folder(repo_id=space.repo_id, repo_type="space", folder_path=str(staged.folder),
+                                ignore_patterns=[STAGED_MARKER], commit_message=f"envkit push: {staged.name}")
+    return space.url
+
+
+@contextmanager
+def _hub_errors(api: Any, doing: str) -> Iterator[list[str]]:
+    """Turn the Hub's refusals and network failures into one `PublishError` saying what was being done."""
+    import httpx
+    from huggingface_hub.errors import HfHubHTTPError
+
+    step = [doing]
+    try:
+        yield step
     except HfHubHTTPError as error:
-        raise PublishError(f"the Hugging Face Hub refused {doing}: {error}") from None
+        raise PublishError(f"the Hugging Face Hub refused {step[0]}: {error}") from None
     except (httpx.HTTPError, OSError) as error:
-        raise PublishError(f"cannot reach the Hugging Face Hub at {api.endpoint} while {doing} "
+        raise PublishError(f"cannot reach the Hugging Face Hub at {api.endpoint} while {step[0]} "
                            f"({type(error).__name__}: {error}); check the network or HF_ENDPOINT") from None
-    return f"{api.endpoint.rstrip('/')}/spaces/{repo_id}"

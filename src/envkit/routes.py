@@ -48,6 +48,7 @@ class Documents:
             "description": (env_class.__doc__ or "").strip().split("\n\n")[0],
             "version": metadata.get("version") or environment_version(env_class),
             "episode_length": env_class.EPISODE_LENGTH,
+            "reward_range": list(env_class.REWARD_RANGE) if env_class.REWARD_RANGE is not None else None,
             "supports_concurrent_sessions": env_class.SUPPORTS_CONCURRENT_SESSIONS,
             "max_concurrent_envs": pool.max_sessions,
             "session_timeout_s": pool.idle_timeout_s,

@@ -58,6 +58,13 @@ def check_env_name(name: str) -> None:
     if name in _RESERVED:
         raise EnvNameError(f"{name!r} names a folder an env keeps beside its package (tests) or one `envkit push` "
                            f"leaves out (build, dist, wheels, venv); {other}")
+    from .serving import bundled_envs
+
+    bundled = bundled_envs()
+    if name in bundled:
+        raise EnvNameError(f"{name!r} is the name of a bundled env ({', '.join(bundled)}): `envkit serve {name}` would "
+                           f"serve your ./{name} folder from where it lives and envkit's own {name} everywhere else, "
+                           f"and the two would share a name on the Hub; pick another name, e.g. `my_{name}`")
     spec = importlib.util.find_spec(name)
     if spec is not None and spec.origin not in (None, "namespace"):
         raise EnvNameError(f"{name!r} is the name of an installed module ({spec.origin}), so `import {name}` would be "

@@ -27,6 +27,7 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
     #: Every start column with 20 seeds for training (100 tasks) and 6 other seeds for testing (30 tasks).
     #: The ball falls one row per move from the top row to the bottom one: nine moves.
     EPISODE_LENGTH = EPISODE_LENGTH
+    REWARD_RANGE = (-1.0, 1.0)
     TASKS = {
         "train": tuple({"ball_column": column, "seed": seed} for seed in range(20) for column in range(COLUMNS)),
         "test": tuple({"ball_column": column, "seed": seed} for seed in range(1000, 1006) for column in range(COLUMNS)),

@@ -34,6 +34,7 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
     #: Six guesses at most (an invalid move costs no guess, and a second one in a row ends the game).
     EPISODE_LENGTH = NUM_GUESSES
+    REWARD_RANGE = (0.0, 1.0)
     TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
 
     def __init__(self) -> None:

@@ -12,10 +12,15 @@ import secrets
 import time
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
-from ..client import websocket_url
+from ..client import EnvClient, websocket_url
+from ..errors import EnvConnectionError
+from ..protocol import ErrorCode
 from .drivers import driver_class
 from .report import ChurnResult, LoadResult, RampResult, latency_summary
 from .script import ActionTemplate, SessionScript, Tally
+
+#: A ramp level refused with this code met the server's own session limit, not the end of what it can do.
+CAPACITY_REACHED = ErrorCode.CAPACITY_REACHED
 
 __all__ = ["run_load", "run_ramp", "run_churn", "run_sync", "DEFAULT_CONNECT_CONCURRENCY"]
 
@@ -160,6 +165,8 @@ async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, step
                            f"({result.success_rate:.1%} had succeeded)")
             else:
                 stopped = f"{sessions} sessions: {result.success_rate:.1%} succeeded, below {threshold:.0%}"
+                if any(CAPACITY_REACHED in reason for reason in result.failures):
+                    stopped += await _capacity_note(url)
             break
         best = sessions
         if sessions >= max_sessions:
@@ -168,6 +175,17 @@ async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, step
         sessions = min(sessions * 2, max_sessions)
     return RampResult(url=websocket_url(url), client=client_name, max_sessions_held=best, threshold=threshold,
                       stopped_because=stopped, levels=levels, wall_s=round(time.perf_counter() - began, 2))
+
+
+async def _capacity_note(url: str) -> str:
+    """Why the ramp stopped when the server refused sessions for capacity: its own limit, not its machinery."""
+    try:
+        limit = (await EnvClient(url).health()).get("max_sessions")
+    except EnvConnectionError:
+        limit = None
+    cap = f" of {limit} sessions" if isinstance(limit, int) else ""
+    return (f"; the server's own limit{cap} (max_concurrent_envs, GET /health max_sessions) refused the rest (CAPACITY_REACHED), "
+            "so this measures that setting: restart it with a higher --max-concurrent-envs to find what it can hold")
 
 
 async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str = "auto",

@@ -108,5 +108,35 @@ def command(url: str, sessions: int, steps: int, action_json: str | None, ramp: 
     click.echo(json.dumps(result.to_dict()) if as_json else result.text())
     if not succeeded:
         reasons = ", ".join(f"{reason} ({count})" for reason, count in failures.items()) or "no reason recorded"
-        raise click.ClickException(f"no session succeeded against {url}: {reasons}; is an environment server "
-                                   "running there (envkit serve ENV --port PORT)?")
+        raise click.ClickException(f"no session succeeded against {url}: {reasons}; {_failure_hint(url, failures, action)}")
+
+
+def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | None) -> str:
+    """What to do about a run in which no session succeeded, judged from why they failed."""
+    if not any("VALIDATION_ERROR" in reason for reason in failures):
+        return "is an environment server running there (envkit serve ENV --port PORT)?"
+    from ..client import http_url
+
+    schema = http_url(url) + "/schema"
+    if action is not None:
+        return f"the server refused the --action given; check it against the action schema at {schema}"
+    example = _example_action(schema)
+    return ('the server refused the default step action {"message": "{token}"}, which only echo-like environments '
+            f"take: give this environment's action with --action{example} (its action schema: {schema})")
+
+
+def _example_action(schema_url: str) -> str:
+    """`, e.g. --action '{...}'` from the required fields of the server's action schema; empty if it cannot tell."""
+    import httpx
+
+    try:
+        action = httpx.get(schema_url, timeout=5, trust_env=False).json()["action"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return ""
+    properties = action.get("properties", {}) if isinstance(action, dict) else {}
+    sample = {"integer": 0, "number": 0.0, "boolean": False, "string": "{token}"}
+    example = {}
+    for name in action.get("required", []) if isinstance(action, dict) else []:
+        field = properties.get(name, {})
+        example[name] = field["enum"][0] if field.get("enum") else sample.get(field.get("type"), "{token}")
+    return f", e.g. --action '{json.dumps(example)}'" if example else ""

@@ -44,7 +44,7 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
       envkit push ./my_env --dry-run
       envkit push ./my_env --repo-id alice/my_env --private
     """
-    from ..publish import PublishError, stage_space, upload_space
+    from ..publish import PublishError, create_space, stage_space, upload_space
     from ..validate import validate_folder
 
     if not (directory / "pyproject.toml").is_file():
@@ -64,25 +64,27 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
                                        "(or use --dry-run to stage without uploading)")
     with tempfile.TemporaryDirectory(prefix="envkit-space-") as scratch:
         target = stage_dir or (directory / "build" / "space" if dry_run else Path(scratch) / "space")
+        visibility = "private" if private else "public"
         try:
             staged = stage_space(directory, target)
+            # the Hub is asked (token, network, rights) before anything is announced as uploading
+            space = None if dry_run else create_space(staged.name, repo_id, private=private, token=token)
         except (PublishError, ConfigurationError) as error:
             raise click.ClickException(str(error)) from None
-        where = repo_id or f"<your user>/{staged.name}"
-        visibility = "private" if private else "public"
-        if dry_run:
+        if space is None:
             click.echo(f"Staged {staged.name} in {staged.folder} (dry run: nothing uploaded).")
-            click.echo(f"Would create Space {where} (docker SDK, {visibility}) if missing and upload:")
+            click.echo(f"Would create Space {repo_id or f'<your user>/{staged.name}'} (docker SDK, {visibility}) "
+                       "if missing and upload:")
         else:
-            click.echo(f"Uploading {staged.name} to Space {where} ({visibility}):")
+            click.echo(f"Uploading {staged.name} to Space {space.repo_id} ({visibility}):")
         width = max(len(name) for name, _ in staged.listing())
         for name, size in staged.listing():
             click.echo(f"  {name.ljust(width)}  {_size(size)}")
-        if dry_run:
+        if space is None:
             click.echo(f"Build it locally: docker build -t {staged.name.replace('_', '-')} {staged.folder}")
             return
         try:
-            url = upload_space(staged, repo_id, private=private, token=token)
+            url = upload_space(staged, space)
         except (PublishError, ConfigurationError) as error:
             raise click.ClickException(str(error)) from None
         click.echo(f"Pushed: {url}")

@@ -37,7 +37,12 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
                    "id. [default: tiny]")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields).")
-@click.option("--output-dir", default=None, help="Where the model, metrics and plot go. [default: envkit-train]")
+@click.option("--output-dir", default=None,
+              help="Where the model, metrics and plot go. [default: envkit-train, or envkit-train-2, -3, ... when it "
+                   "holds an earlier run]")
+@click.option("--overwrite", is_flag=True, default=None,
+              help="Replace an earlier run's files in --output-dir (without it, a named folder that holds a run is "
+                   "refused).")
 @click.option("--max-steps", type=int, default=None, help="Training steps. [default: 30 for tiny, else 200]")
 @click.option("--learning-rate", type=float, default=None, help="[default: 2e-3 for tiny, else 1e-6]")
 @click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 8]")

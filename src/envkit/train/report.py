@@ -28,9 +28,10 @@ __all__ = ["RunReport", "Summary", "ZERO_SIGNAL_STEPS", "ZERO_SIGNAL_SHARE"]
 
 logger = logging.getLogger("envkit.train")
 
-#: After this many steps, the run is checked once for a learning signal ...
+#: From this many steps on, the last this-many steps are checked for a learning signal after each step ...
 ZERO_SIGNAL_STEPS = 3
-#: ... and a warning names the likely cause when at least this share of GRPO groups had one reward for all.
+#: ... and a warning (once a run) names the likely cause when at least this share of GRPO groups had one reward
+#: for every episode, or no scored episode at all.
 ZERO_SIGNAL_SHARE = 0.75
 
 #: TRL's log keys → the names in envkit's metrics files.
@@ -101,15 +102,18 @@ class RunReport(TrainerCallback):
     """A transformers callback: one line per step (with a progress bar when `stream` is a terminal), metrics
     written as they come, and one warning if the first steps show no learning signal.
 
-    `budget`: the run's (tool-calling turns, completion tokens) per episode, named in that warning.
+    `budget`: the run's (tool-calling turns, completion tokens) per episode, and `episode_length` the tool calls
+    an episode of the environments takes (None: no set length), named in that warning.
     """
 
     def __init__(self, output_dir: Path, tally: Tally, max_steps: int, reward_names: list[str], *,
-                 show: bool = True, stream: Any = None, budget: tuple[int, int] | None = None) -> None:
+                 show: bool = True, stream: Any = None, budget: tuple[int, int] | None = None,
+                 episode_length: int | None = None) -> None:
         self.output_dir = output_dir
         self.tally = tally
         self.max_steps = max_steps
         self.budget = budget
+        self.episode_length = episode_length
         self.zero_signal: str | None = None
         self.columns = {**_COLUMNS, **{f"rewards/{name}/mean": name for name in reward_names}}
         self.show = show
@@ -158,39 +162,46 @@ class RunReport(TrainerCallback):
             self._bar.update(1)
         elif self.show:
             print(line, file=self.stream, flush=True)
-        if len(self.rows) == ZERO_SIGNAL_STEPS:
-            self._check_signal()
+        if len(self.rows) >= ZERO_SIGNAL_STEPS and self.zero_signal is None:
+            self._check_signal(self.rows[-ZERO_SIGNAL_STEPS:])
 
-    def _check_signal(self) -> None:
-        """Warn once when most GRPO groups so far had the same reward for every episode: no advantage, no
-        gradient. Names what was seen (finished episodes, tool calls against the budget, cut completions)."""
-        shares = [row["zero_std_groups"] for row in self.rows if isinstance(row.get("zero_std_groups"), float)]
+    def _check_signal(self, window: list[dict[str, Any]]) -> None:
+        """Warn once when most GRPO groups of the last steps had the same reward for every episode (or no scored
+        episode): no advantage, no gradient. Names what was seen (finished episodes, tool calls against the
+        budget, cut completions) and the likely cause."""
+        shares = [1.0 if row.get("reward") is None else row.get("zero_std_groups") for row in window]
+        shares = [share for share in shares if isinstance(share, (int, float))]
         if not shares or sum(shares) / len(shares) < ZERO_SIGNAL_SHARE:
             return
         tally = self.tally
         finished = tally.finished / tally.episodes if tally.episodes else 0.0
         calls = tally.tool_calls / tally.episodes if tally.episodes else 0.0
-        clipped = _mean(row.get("clipped_ratio") for row in self.rows)
+        clipped = _mean(row.get("clipped_ratio") for row in window)
         turns, tokens = self.budget or (None, None)
-        seen = [f"{finished:.0%} of {tally.episodes} episodes finished by the environment",
+        seen = [f"{finished:.0%} of {tally.episodes} episodes finished by the environment"
+                + (f" (an episode takes {self.episode_length} tool calls)" if self.episode_length else ""),
                 f"{calls:.1f} tool calls per episode" + (f" against a budget of {turns} turns" if turns else "")]
         if not math.isnan(clipped):
             seen.append(f"{clipped:.0%} of completions cut at {tokens} tokens" if tokens else
                         f"{clipped:.0%} of completions cut")
         causes = []
-        if turns and calls >= 0.8 * turns:
+        if turns and self.episode_length and turns < self.episode_length:
+            causes.append(f"the turn budget ({turns}) is shorter than an episode ({self.episode_length} tool calls): "
+                          f"raise --max-tool-calling-iterations to {self.episode_length + 2} or more")
+        elif turns and calls >= 0.8 * turns:
             causes.append("the turn budget runs out: raise --max-tool-calling-iterations")
         if not math.isnan(clipped) and clipped >= 0.2:
             causes.append("the token budget cuts episodes short: raise --max-completion-length")
-        if finished < 0.5 and not causes:
+        if self.episode_length and finished < 0.5 and not causes:
             causes.append("the model stops calling tools before the game ends: a model that plays whole episodes "
                           "(more warm-up, a larger model) or a reward that scores unfinished ones")
         if not causes:
             causes.append("every episode of a group scores the same: a reward with more levels, or more "
                           "--num-generations per group")
-        self.zero_signal = (f"no learning signal: in {sum(shares) / len(shares):.0%} of GRPO groups over the first "
-                            f"{len(self.rows)} steps every episode got the same reward, so their advantage and "
-                            f"loss are 0. Seen: {'; '.join(seen)}. Likely cause: {'; or '.join(causes)}.")
+        steps = f"steps {window[0]['step']}-{window[-1]['step']}"
+        self.zero_signal = (f"no learning signal: in {sum(shares) / len(shares):.0%} of GRPO groups of {steps} every "
+                            "episode got the same reward (or none was scored), so their advantage and loss are 0. "
+                            f"Seen so far: {'; '.join(seen)}. Likely cause: {'; or '.join(causes)}.")
         logger.warning("%s", self.zero_signal)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

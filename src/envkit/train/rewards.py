@@ -17,10 +17,12 @@ Lost episodes (the session dropped mid-game) are unscorable: every function retu
 them, your own included, so TRL leaves them out of the group baseline and gives them no
 advantage. They are counted in the `episodes/lost` metric.
 
-So are abandoned ones, for `env` and component rewards: an episode of an environment that declares
-an episode length (`episode_length` in `/metadata`, e.g. Catch's 9 moves) which the model left before
-the environment ended it (it stopped calling tools, or ran out of turns or tokens). Such an episode
-has no outcome yet; scoring it 0 would rank quitting above losing, and GRPO would learn to quit.
+An episode is abandoned when its environment declares an episode length (`episode_length` in
+`/metadata`, e.g. Catch's 9 moves) and the model left it before the environment ended it (it
+stopped calling tools, or ran out of turns or tokens). It has no outcome, and scoring it 0 would
+rank quitting above losing (Catch's miss is -1), so GRPO would learn to quit. `env` scores it the
+lowest reward the environment declares (`reward_range` in `/metadata`), and leaves it unscored when
+there is none; a component reward leaves it unscored.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from .binding import Episode, ServedEnvironment
+from .binding import ServedEnvironment
 
 __all__ = ["RewardChoice", "parse_reward", "reward_functions", "abandoned"]
 
@@ -78,7 +80,7 @@ def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type
         envs = _envs_for(choice, classes)
         for env in envs:
             if choice.kind == "env":
-                functions.append(_scorer(f"{env}_reward", env, _episode_reward))
+                functions.append(_scorer(f"{env}_reward", env, _env_reward))
             elif choice.kind == "component":
                 functions.append(_scorer(f"{env}_{choice.name}", env, _component(choice.name)))
         if choice.kind == "function":
@@ -113,21 +115,27 @@ def _envs_for(choice: RewardChoice, classes: Mapping[str, type[ServedEnvironment
     return documented
 
 
-def _episode_reward(episode: Episode) -> float:
-    return episode.reward
+def _env_reward(environment: ServedEnvironment) -> float | None:
+    """The environment's reward; for an abandoned episode the lowest it declares, or None (unscored)."""
+    assert environment.episode is not None
+    if not abandoned(environment):
+        return environment.episode.reward
+    declared = environment.metadata.get("reward_range")
+    return float(declared[0]) if isinstance(declared, list) and len(declared) == 2 else None
 
 
-def _component(name: str) -> Callable[[Episode], float]:
-    def score(episode: Episode) -> float:
-        return episode.components.get(name, 0.0)
+def _component(name: str) -> Callable[[ServedEnvironment], float | None]:
+    def score(environment: ServedEnvironment) -> float | None:
+        assert environment.episode is not None
+        return None if abandoned(environment) else environment.episode.components.get(name, 0.0)
 
     return score
 
 
-def _scorer(name: str, env: str, score: Callable[[Episode], float]) -> Callable[..., list[float | None]]:
+def _scorer(name: str, env: str, score: Callable[[ServedEnvironment], float | None]
+            ) -> Callable[..., list[float | None]]:
     def reward(environments: Sequence[ServedEnvironment], **_: Any) -> list[float | None]:
-        return [score(item.episode) if _scorable(item) and not abandoned(item) and item.env_name == env else None
-                for item in environments]
+        return [score(item) if _scorable(item) and item.env_name == env else None for item in environments]
 
     reward.__name__ = reward.__qualname__ = name
     return reward

@@ -63,6 +63,11 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     """
     settings = settings.resolved()
     source = locate_model(settings.model)
+    claimed = settings.claim_output_dir()
+    if claimed.output_dir != settings.output_dir:
+        say(f"{settings.output_dir}/ holds an earlier run: this one goes to {claimed.output_dir}/ "
+            "(--overwrite replaces it instead)")
+    settings = claimed
     if source.kind != "tiny":
         say(f"model {settings.model}: " + {"folder": "local folder", "cache": f"in the Hugging Face cache ({source.path})",
                                           "hub": "on the Hugging Face Hub (downloaded on first use)"}[source.kind])
@@ -113,7 +118,8 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
 
     on_gpu = torch.cuda.is_available()
     model, tokenizer, episode_tokens = _model(settings, classes, rows, on_gpu, say, players or {})
-    settings = settings.fitted(_episode_length(classes), episode_tokens)
+    episode_length = _episode_length(classes)
+    settings = settings.fitted(episode_length, episode_tokens)
     say(f"episode budget: {settings.max_tool_calling_iterations} tool-calling turns, "
         f"{settings.max_completion_length} tokens")
     tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
@@ -135,7 +141,8 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
-                       show=show_steps, budget=(settings.max_tool_calling_iterations, settings.max_completion_length))
+                       show=show_steps, budget=(settings.max_tool_calling_iterations, settings.max_completion_length),
+                       episode_length=episode_length)
     trainer.add_callback(report)
     return Run(settings, classes, rows, tally, trainer, report)
 

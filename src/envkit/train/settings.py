@@ -28,9 +28,12 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TrainSettings", "load_config", "settings_from", "TINY"]
+__all__ = ["TrainSettings", "load_config", "settings_from", "TINY", "DEFAULT_OUTPUT_DIR"]
 
 TINY = "tiny"
+DEFAULT_OUTPUT_DIR = "envkit-train"
+#: What a finished (or stopped) run leaves in its output folder.
+RUN_FILES = ("metrics.jsonl", "metrics.csv", "reward_curve.png", "model")
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
 
@@ -42,7 +45,8 @@ class TrainSettings:
     env: list[str] = field(default_factory=lambda: ["echo"])
     env_url: list[str] = field(default_factory=list)
     model: str = TINY
-    output_dir: str = "envkit-train"
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    overwrite: bool = False
     max_steps: int | None = None
     learning_rate: float | None = None
     num_generations: int | None = None
@@ -146,6 +150,22 @@ class TrainSettings:
         if self.reconnect_timeout < 0:
             raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
 
+    def claim_output_dir(self) -> TrainSettings:
+        """A copy whose `output_dir` holds no earlier run's files, so that nothing is overwritten unasked.
+
+        The default folder moves on to `envkit-train-2`, `-3`, ...; a folder the user named that holds a run
+        raises `ConfigurationError` unless `overwrite` is set.
+        """
+        if self.overwrite or not _holds_run(Path(self.output_dir)):
+            return self
+        if self.output_dir != DEFAULT_OUTPUT_DIR:
+            raise ConfigurationError(f"--output-dir {self.output_dir} holds an earlier run (metrics, model); pass "
+                                     "--overwrite to replace it, or name another folder")
+        number = 2
+        while _holds_run(Path(f"{DEFAULT_OUTPUT_DIR}-{number}")):
+            number += 1
+        return dataclasses.replace(self, output_dir=f"{DEFAULT_OUTPUT_DIR}-{number}")
+
     def chat_kwargs(self) -> dict[str, Any]:
         """`chat_template_kwargs` for TRL, with `enable_thinking` folded in (the tiny model thinks never)."""
         kwargs = dict(self.chat_template_kwargs)
@@ -201,6 +221,10 @@ class TrainSettings:
                                      "GRPOConfig documents the valid ones)")
         kwargs.update(self.grpo)
         return GRPOConfig(**kwargs)
+
+
+def _holds_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
 
 
 def _flag(name: str) -> str:
