@@ -164,6 +164,8 @@ def test_ramp_stops_by_itself_at_the_first_level_below_95_percent() -> None:
     assert [level["sessions"] for level in result.levels] == [10, 20, 40, 80]
     assert result.max_sessions_held == 40
     assert "80 sessions: 50.0% succeeded, below 95%" in result.stopped_because
+    assert "the server's own limit of 40 sessions" in result.stopped_because   # refused with CAPACITY_REACHED
+    assert "--max-concurrent-envs" in result.stopped_because
 
 
 def test_ramp_stops_at_its_maximum(echo: str) -> None:
@@ -337,6 +339,20 @@ def test_cli_says_when_nothing_answers() -> None:
     done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
     assert done.returncode == 1
     assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
+
+
+def test_cli_against_a_non_echo_env_names_the_default_action_and_suggests_one() -> None:
+    from envkit.serving import app_from_environment, resolve_target
+
+    with running_server(app_from_environment(resolve_target("catch").env_class, max_concurrent_envs=8)) as url:
+        done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "error frame: VALIDATION_ERROR (2)" in done.stderr
+        assert 'refused the default step action {"message": "{token}"}' in done.stderr
+        assert "--action '{\"action_id\": 0}'" in done.stderr and f"{url}/schema" in done.stderr
+        assert "is an environment server running there" not in done.stderr
+        suggested = bench_cli("--url", url, "--sessions", "2", "--steps", "1", "--action", '{"action_id": 0}')
+        assert suggested.returncode == 0, suggested.stderr
 
 
 def test_replies_are_judged_by_their_type_whatever_the_key_order() -> None:

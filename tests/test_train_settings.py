@@ -36,7 +36,7 @@ def test_tiny_defaults_make_the_short_cpu_run() -> None:
         ["echo"], "tiny", 30, 16, 8)
     assert settings.chat_kwargs() == {"enable_thinking": False}
     real = TrainSettings(model="Qwen/Qwen3-1.7B").resolved()
-    assert (real.learning_rate, real.max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
+    assert (real.learning_rate, real.fitted(None).max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
 
 
 def test_config_file_then_flags(tmp_path: Path) -> None:

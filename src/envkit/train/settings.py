@@ -111,7 +111,7 @@ class TrainSettings:
             if tiny:
                 tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
             else:
-                tokens = max(1024, 128 * turns)
+                tokens = max(1024, 128 * (episode_length + 2)) if episode_length else 1024
         return dataclasses.replace(self, max_tool_calling_iterations=turns, max_completion_length=tokens)
 
     def check(self) -> None:

@@ -106,8 +106,9 @@ def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows:
 
     An environment in `players` (its class, served in this process) whose `scripted_tool_call()`
     answers is played in this process to the end of the episode: each move is its scripted player's
-    with probability `scripted_share`, else a random valid call, so that the model learns to play
-    whole episodes and GRPO still has better and worse ones to compare. Any other environment is
+    with probability `scripted_share`, else a random valid call. The random moves lead the game into
+    varied positions but are marked `CONTEXT_ONLY`: the warm-up trains on the scripted moves alone, so
+    the model learns to play whole episodes, and to play them well where it has learnt to. Any other environment is
     played over a real session with 1 to `max_turns` calls of random valid arguments. Errors the
     environment returns become tool messages, as in TRL. Every episode ends with a short final answer.
     """
@@ -140,11 +141,18 @@ def _random_call(listing: list[dict[str, Any]], rng: random.Random) -> tuple[str
                           if name in required or rng.random() < 0.5}
 
 
-def _call_turn(name: str, arguments: dict[str, Any], result: Any) -> list[dict[str, Any]]:
+#: Marks an assistant turn the warm-up shows the model but does not train it on (a random move among scripted ones).
+CONTEXT_ONLY = "context_only"
+
+
+def _call_turn(name: str, arguments: dict[str, Any], result: Any, *, context_only: bool = False
+               ) -> list[dict[str, Any]]:
     """The assistant's tool call and the tool's reply, as TRL puts them in the conversation."""
-    return [{"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]},
-            {"role": "tool", "name": name, "content": str(result)}]
+    call: dict[str, Any] = {"role": "assistant", "content": "",
+                            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+    if context_only:
+        call[CONTEXT_ONLY] = True
+    return [call, {"role": "tool", "name": name, "content": str(result)}]
 
 
 def _opening(row: dict[str, Any], first: str) -> list[dict[str, Any]]:
@@ -186,12 +194,14 @@ def _play_locally(env_class: type[Environment], row: dict[str, Any], listing: li
             scripted = environment.scripted_tool_call()
             if scripted is None:
                 break
-            name, arguments = scripted if rng.random() < scripted_share else _random_call(listing, rng)
+            randomly = rng.random() >= scripted_share
+            name, arguments = _random_call(listing, rng) if randomly else scripted
             try:
                 result: Any = getattr(environment, name)(**arguments)
             except ValueError as error:
                 result = {"error": str(error)}
-            messages.extend(_call_turn(name, arguments, result if isinstance(result, dict) else result_text(result)))
+            messages.extend(_call_turn(name, arguments, result if isinstance(result, dict) else result_text(result),
+                                       context_only=randomly))
             if isinstance(result, Observation) and result.done:
                 break
     finally:
@@ -289,6 +299,8 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
     encoded = [tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, return_dict=True,
                                              return_assistant_tokens_mask=True, tokenize=True, **CHAT_TEMPLATE_KWARGS)
                for messages, tools in conversations]
+    for item, (messages, _) in zip(encoded, conversations, strict=True):
+        _untrain_context_turns(item["assistant_masks"], messages)
     width = max(len(item["input_ids"]) for item in encoded)
     ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), -100, dtype=torch.long)
@@ -300,6 +312,24 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
         attention[row, : len(tokens)] = 1
         labels[row, : len(tokens)] = torch.where(mask, tokens, torch.full_like(tokens, -100))
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+
+
+def _untrain_context_turns(mask: list[int], messages: list[dict[str, Any]]) -> None:
+    """Clear the loss mask over the assistant turns marked `CONTEXT_ONLY` (the mask's runs of 1 are the
+    assistant turns, in order)."""
+    turns = [message.get(CONTEXT_ONLY, False) for message in messages if message["role"] == "assistant"]
+    runs, start = [], None
+    for index, value in enumerate([*mask, 0]):
+        if value and start is None:
+            start = index
+        elif not value and start is not None:
+            runs.append((start, index))
+            start = None
+    if len(runs) != len(turns):  # the template marked turns otherwise: train on all of them rather than guess
+        return
+    for (start, end), context_only in zip(runs, turns, strict=True):
+        if context_only:
+            mask[start:end] = [0] * (end - start)
 
 
 def _longest_episode(batch: dict[str, Any]) -> int:
