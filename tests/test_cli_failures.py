@@ -148,3 +148,21 @@ def test_serve_a_module_that_fails_to_import_is_one_line(tmp_path: Path, source:
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     done = envkit("serve", "broken_module:Environment", env=env)
     assert done.returncode == 2 and message in one_line(done)
+
+
+# -- quiet by default ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level, logged", [("info", False), ("debug", True)])
+def test_serve_logs_a_line_per_websocket_handshake_only_at_debug(level: str, logged: bool) -> None:
+    from envkit import EnvClient
+    from envkit.testing import ServedProcess
+
+    with ServedProcess("echo", "--log-level", level, env=subprocess_env()) as served:
+        for _ in range(3):
+            with EnvClient(served.url).sync() as env:
+                env.reset()
+        served.terminate()
+    output = "".join(served.output)
+    assert ('"WebSocket /ws" [accepted]' in output) is logged, output
+    assert "Application startup complete" in output   # the rest of uvicorn's INFO log is still there

@@ -26,7 +26,7 @@ from envkit.train.data import env_rows, task_prompt
 from envkit.train.report import RunReport
 from envkit.train.rewards import parse_reward, reward_functions
 from envkit.train.runner import run
-from envkit.train.settings import TrainSettings
+from envkit.train.settings import TINY_GAME_STEPS, TrainSettings
 from envkit.train.tiny import CONTEXT_ONLY, scripted_conversations
 
 
@@ -100,6 +100,8 @@ def test_budgets_fit_the_episode_length_unless_given() -> None:
     assert (tiny.max_tool_calling_iterations, tiny.max_completion_length) == (None, None)
     catch = tiny.fitted(9, 200)
     assert (catch.max_tool_calling_iterations, catch.max_completion_length) == (11, 256)
+    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 5e-4)
+    assert (tiny.fitted(None).max_steps, tiny.fitted(None).learning_rate) == (30, 2e-3)
     assert (tiny.fitted(None).max_tool_calling_iterations, tiny.fitted(None).max_completion_length) == (3, 128)
     given = TrainSettings(max_tool_calling_iterations=5, max_completion_length=300).resolved().fitted(9, 200)
     assert (given.max_tool_calling_iterations, given.max_completion_length) == (5, 300)

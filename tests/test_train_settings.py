@@ -31,12 +31,12 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_tiny_defaults_make_the_short_cpu_run() -> None:
-    settings = TrainSettings().resolved()
+    settings = TrainSettings().resolved().fitted(None)   # echo declares no episode length
     assert (settings.env, settings.model, settings.max_steps, settings.batch_size, settings.num_generations) == (
         ["echo"], "tiny", 30, 16, 8)
-    assert settings.chat_kwargs() == {"enable_thinking": False}
-    real = TrainSettings(model="Qwen/Qwen3-1.7B").resolved()
-    assert (real.learning_rate, real.fitted(None).max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
+    assert settings.learning_rate == 2e-3 and settings.chat_kwargs() == {"enable_thinking": False}
+    real = TrainSettings(model="Qwen/Qwen3-1.7B").resolved().fitted(None)
+    assert (real.learning_rate, real.max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
 
 
 def test_config_file_then_flags(tmp_path: Path) -> None:

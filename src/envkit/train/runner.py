@@ -121,7 +121,9 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     episode_length = _episode_length(classes)
     settings = settings.fitted(episode_length, episode_tokens)
     say(f"episode budget: {settings.max_tool_calling_iterations} tool-calling turns, "
-        f"{settings.max_completion_length} tokens")
+        f"{settings.max_completion_length} tokens" + (f" (episodes take {episode_length} tool calls)"
+                                                      if episode_length else "")
+        + f"; {settings.max_steps} steps at learning rate {settings.learning_rate:g}")
     tally = Tally()  # counts training episodes only, not the tiny model's scripted warm-up ones
     for cls in classes.values():
         cls.tally = tally
@@ -232,12 +234,14 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
 
         torch.set_num_threads(1)  # a 100K-parameter model gains nothing from threads, and loses much to their overhead
     spec = GPU_SPEC if settings.vllm_mode != "none" else TinyModelSpec(seed=settings.seed)
-    save_to = Path(settings.output_dir) / "tiny-model" if settings.vllm_mode != "none" else None
+    # vLLM loads the policy from disk, and so does TRL the reference model a KL term (beta > 0) needs
+    on_disk = settings.vllm_mode != "none" or settings.beta > 0
+    save_to = Path(settings.output_dir) / "tiny-model" if on_disk else None
     started = time.perf_counter()
     model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to, players=players)
     say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
     episode_tokens = int(figures["episode_tokens"])
-    if save_to is not None:  # vLLM loads the policy from disk
+    if save_to is not None:
         return str(save_to), None, episode_tokens
     return model, tokenizer, episode_tokens
 

@@ -32,6 +32,8 @@ __all__ = ["TrainSettings", "load_config", "settings_from", "TINY", "DEFAULT_OUT
 
 TINY = "tiny"
 DEFAULT_OUTPUT_DIR = "envkit-train"
+#: The tiny model's default steps on environments whose episodes are whole games (an episode length).
+TINY_GAME_STEPS = 40
 #: What a finished (or stopped) run leaves in its output folder.
 RUN_FILES = ("metrics.jsonl", "metrics.csv", "reward_curve.png", "model")
 VLLM_MODES = ("none", "colocate", "server")
@@ -78,13 +80,7 @@ class TrainSettings:
 
     def resolved(self) -> TrainSettings:
         """A copy with model-dependent defaults filled in and every value checked."""
-        tiny = self.tiny
-        defaults = {
-            "max_steps": 30 if tiny else 200,
-            "learning_rate": 2e-3 if tiny else 1e-6,
-            "num_generations": 8,
-            "batch_size": 16 if tiny else 8,
-        }
+        defaults = {"num_generations": 8, "batch_size": 16 if self.tiny else 8}  # the rest: `fitted`
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
         done = dataclasses.replace(self, **values)
@@ -92,16 +88,19 @@ class TrainSettings:
         return done
 
     def fitted(self, episode_length: int | None, episode_tokens: int | None = None) -> TrainSettings:
-        """A copy whose unset turn and token budgets fit the environments' episodes.
+        """A copy whose unset turn and token budgets, and the tiny model's steps and learning rate, fit the
+        environments' episodes.
 
         `episode_length`: the most tool calls an episode of any bound environment takes (their
         `episode_length` in `/metadata`), or None when none declares one. `episode_tokens`: the longest
         tiny-model warm-up episode in tokens. With a length, the turn budget is that length plus two
         (room for refused calls); the tiny model's token budget is its warm-up episodes' length with a
         quarter to spare, any other model's 128 tokens a turn (1,024 at least). Without: 3 turns and
-        128 tokens for the tiny model, 10 turns and 1,024 tokens for others.
+        128 tokens for the tiny model, 10 turns and 1,024 tokens for others. The tiny model takes 30
+        steps at 2e-3 where episodes have no set length (echo), and `TINY_GAME_STEPS` steps at 5e-4 on
+        whole games, where the larger rate unlearns the play its warm-up taught.
         """
-        tiny = self.tiny
+        tiny, game = self.tiny, bool(episode_length)
         turns = self.max_tool_calling_iterations
         if turns is None:
             turns = (episode_length + 2 if tiny else max(10, episode_length + 2)) if episode_length else (
@@ -112,7 +111,12 @@ class TrainSettings:
                 tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
             else:
                 tokens = max(1024, 128 * (episode_length + 2)) if episode_length else 1024
-        return dataclasses.replace(self, max_tool_calling_iterations=turns, max_completion_length=tokens)
+        steps = self.max_steps if self.max_steps is not None else (
+            (TINY_GAME_STEPS if game else 30) if tiny else 200)
+        rate = self.learning_rate if self.learning_rate is not None else (
+            (5e-4 if game else 2e-3) if tiny else 1e-6)
+        return dataclasses.replace(self, max_tool_calling_iterations=turns, max_completion_length=tokens,
+                                   max_steps=steps, learning_rate=rate)
 
     def check(self) -> None:
         """Raise `ConfigurationError` for values that cannot work, saying which and what to do."""
@@ -179,7 +183,7 @@ class TrainSettings:
         """The `trl.GRPOConfig` for these settings (call on resolved settings; unset budgets get `fitted(None)`'s)."""
         from trl import GRPOConfig
 
-        if self.max_completion_length is None or self.max_tool_calling_iterations is None:
+        if None in (self.max_completion_length, self.max_tool_calling_iterations, self.max_steps, self.learning_rate):
             return self.fitted(None).grpo_config(on_gpu=on_gpu)
 
         kwargs: dict[str, Any] = {

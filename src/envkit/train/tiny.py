@@ -55,6 +55,9 @@ class TinyModelSpec:
     num_kv_heads: int = 2
     head_dim: int = 16
     episodes: int = 16
+    #: Warm-up episodes when an environment has a scripted player: whole games, and more of them, since the
+    #: model learns from them which move each position calls for.
+    game_episodes: int = 32
     max_turns: int = 3
     scripted_share: float = 0.75
     warmup_steps: int = 100
@@ -252,7 +255,8 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     spec = spec or TinyModelSpec()
     started = time.perf_counter()
     torch.manual_seed(spec.seed)
-    chosen = [rows[index % len(rows)] for index in range(spec.episodes)]
+    games = any(_has_scripted_player(env_class) for env_class in (players or {}).values())
+    chosen = [rows[index % len(rows)] for index in range(spec.game_episodes if games else spec.episodes)]
     conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
                                            scripted_share=spec.scripted_share)
     played = time.perf_counter()
@@ -299,8 +303,10 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
     encoded = [tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, return_dict=True,
                                              return_assistant_tokens_mask=True, tokenize=True, **CHAT_TEMPLATE_KWARGS)
                for messages, tools in conversations]
+    think_end = tokenizer.convert_tokens_to_ids("</think>")
+    blank = {token_id for token_id in range(len(tokenizer)) if not tokenizer.decode([token_id]).strip()}
     for item, (messages, _) in zip(encoded, conversations, strict=True):
-        _untrain_context_turns(item["assistant_masks"], messages)
+        _trained_tokens(item["assistant_masks"], item["input_ids"], messages, think_end, blank)
     width = max(len(item["input_ids"]) for item in encoded)
     ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), -100, dtype=torch.long)
@@ -314,9 +320,14 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
-def _untrain_context_turns(mask: list[int], messages: list[dict[str, Any]]) -> None:
-    """Clear the loss mask over the assistant turns marked `CONTEXT_ONLY` (the mask's runs of 1 are the
-    assistant turns, in order)."""
+def _trained_tokens(mask: list[int], ids: list[int], messages: list[dict[str, Any]], think_end: int,
+                    blank: set[int]) -> None:
+    """Narrow the assistant-turns mask (in place) to what the model will generate itself.
+
+    Each assistant turn (a run of 1s, in order) loses its leading empty thinking block: with thinking off,
+    TRL's generation prompt already ends with `<think>\n\n</think>\n\n`, so training the model to write it
+    would teach it to write a second one. A turn marked `CONTEXT_ONLY` is not trained at all.
+    """
     turns = [message.get(CONTEXT_ONLY, False) for message in messages if message["role"] == "assistant"]
     runs, start = [], None
     for index, value in enumerate([*mask, 0]):
@@ -325,11 +336,15 @@ def _untrain_context_turns(mask: list[int], messages: list[dict[str, Any]]) -> N
         elif not value and start is not None:
             runs.append((start, index))
             start = None
-    if len(runs) != len(turns):  # the template marked turns otherwise: train on all of them rather than guess
+    if len(runs) != len(turns):  # the template marked turns otherwise: leave its mask as it is rather than guess
         return
     for (start, end), context_only in zip(runs, turns, strict=True):
-        if context_only:
-            mask[start:end] = [0] * (end - start)
+        cut = start
+        if think_end in ids[start:end]:
+            cut = ids.index(think_end, start, end) + 1
+            while cut < end and ids[cut] in blank:
+                cut += 1
+        mask[start:end if context_only else cut] = [0] * ((end if context_only else cut) - start)
 
 
 def _longest_episode(batch: dict[str, Any]) -> int:
