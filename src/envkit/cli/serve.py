@@ -32,7 +32,8 @@ from ..errors import ConfigurationError
               help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
                    "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="Server log level; debug also logs a line per WebSocket handshake.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
