@@ -191,7 +191,7 @@ class EnvClient:
 
     # -- episode ------------------------------------------------------------------------------
 
-    async def reset(self, **kwargs: Any) -> StepResult:
+    async def reset(self, /, **kwargs: Any) -> StepResult:
         """Start a new episode; opens a fresh session if the previous one was lost or never opened."""
         if self._ws is None or self._lost is not None:
             await self.connect()
@@ -206,8 +206,8 @@ class EnvClient:
         """The environment's current state."""
         return await self._request({"type": "state"}, "state")
 
-    async def call(self, tool: str, **args: Any) -> ToolResult:
-        """Call one of the environment's tools (envkit servers only)."""
+    async def call(self, tool: str, /, **args: Any) -> ToolResult:
+        """Call one of the environment's tools (envkit servers only); every keyword is one of its arguments."""
         data = await self._request({"type": "call", "data": {"tool": tool, "args": args}}, "tool_result")
         observation = data.get("observation")
         if observation is not None and self.observation_cls is not None:
@@ -353,7 +353,7 @@ class SyncEnvClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def reset(self, **kwargs: Any) -> StepResult:
+    def reset(self, /, **kwargs: Any) -> StepResult:
         return _BackgroundLoop.run(self.client.reset(**kwargs))
 
     def step(self, action: BaseModel | dict[str, Any]) -> StepResult:
@@ -362,7 +362,7 @@ class SyncEnvClient:
     def state(self) -> dict[str, Any]:
         return _BackgroundLoop.run(self.client.state())
 
-    def call(self, tool: str, **args: Any) -> ToolResult:
+    def call(self, tool: str, /, **args: Any) -> ToolResult:
         return _BackgroundLoop.run(self.client.call(tool, **args))
 
     def tools(self) -> list[dict[str, Any]]:

@@ -64,8 +64,11 @@ class Session:
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
 
-    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
+    async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call environment code where it belongs: on the loop if inline or async, else on a worker.
+
+        `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
+        """
         if self._inline:
             result = function(*args, **kwargs)
         else:

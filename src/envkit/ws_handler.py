@@ -55,15 +55,19 @@ def wants_text(features: str) -> bool:
     return "text" in features.replace(" ", "").split(",")
 
 
-def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
-    """Names `reset` accepts, or None when it takes `**kwargs` (then every key is passed on)."""
+def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
+    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
+    name of its bound first parameter (`self`), which no keyword can reach."""
     method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+    parameters = list(inspect.signature(method).parameters.values())
+    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
     names = set()
-    for param in list(inspect.signature(method).parameters.values())[1:]:
+    for param in parameters[1:]:
         if param.kind is param.VAR_KEYWORD:
-            return None
-        names.add(param.name)
-    return frozenset(names)
+            return None, bound
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    return frozenset(names), bound
 
 
 class SessionHandler:
@@ -76,7 +80,7 @@ class SessionHandler:
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
-        self.reset_names = reset_parameters(env_class)
+        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
         self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
         self.inline_factory = env_class.RUN_INLINE
 
@@ -201,14 +205,18 @@ class SessionHandler:
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
         if self.reset_names is None:
-            return data
-        ignored = frozenset(data) - self.reset_names
+            if self.reset_bound_name not in data:
+                return data
+            ignored = frozenset((self.reset_bound_name,))
+        else:
+            ignored = frozenset(data) - self.reset_names
         if ignored and ignored not in self._ignored_reset_names:
             self._ignored_reset_names.add(ignored)
-            logger.warning("reset ignores %s: the environment's reset() takes only %s (as OpenEnv servers do, "
-                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)),
-                           ", ".join(sorted(self.reset_names)) or "no arguments")
-        return {key: value for key, value in data.items() if key in self.reset_names}
+            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
+                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
+            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
+                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
+        return {key: value for key, value in data.items() if key not in ignored}
 
     async def _call(self, session: Session, data: Any) -> str:
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
