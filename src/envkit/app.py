@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .metrics import ServerMetrics
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
@@ -86,8 +87,9 @@ def create_app(
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
         raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
                                  f"{ping_interval_s} and {ping_timeout_s}")
+    metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s)
+                       ping_timeout_s, metrics)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
 
     @contextlib.asynccontextmanager
@@ -101,6 +103,7 @@ def create_app(
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
+    app.state.envkit_metrics = metrics
     app.include_router(build_router(documents))
     app.add_api_websocket_route("/ws", handler)
     return app

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .environment import Action, Environment, Observation
 from .protocol import (
@@ -115,6 +115,8 @@ class SessionHandler:
                 if reply is None or session.ended is not None:
                     return
                 await websocket.send_text(reply)
+        except WebSocketDisconnect:   # the client went away while its reply was being sent: nothing to log
+            return
         finally:
             try:
                 if session is not None:
@@ -132,19 +134,21 @@ class SessionHandler:
         """Why a connection that found no free slot is refused: shutdown or capacity."""
         pool = self.pool
         if pool.shutting_down:
+            pool.metrics.refused("shutdown")
             return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED,
                                                    "server is shutting down; connect to another server",
                                                    active_sessions=pool.active, max_sessions=pool.max_sessions),
                            CloseCode.SHUTDOWN, "server shutting down")
         message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
+        pool.metrics.refused("capacity", message)
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
 
-    @staticmethod
-    def factory_refusal(error: Exception) -> Refusal:
+    def factory_refusal(self, error: Exception) -> Refusal:
         """The refusal of a connection whose environment could not be built (logs the traceback)."""
         logger.error("environment factory failed", exc_info=error)
+        self.pool.metrics.refused("factory", log=False)
         return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR,
                                               f"could not create the environment: {type(error).__name__}: {error}"),
                        CloseCode.INTERNAL_ERROR, "environment factory failed")
@@ -162,11 +166,16 @@ class SessionHandler:
         """The reply frame to one client frame, or None when the client asked to close.
 
         `with_text`: observation frames also carry `"text"` (the client asked for it in the handshake).
+        Every frame is counted in the server's metrics by type, with the time its answer took.
         """
-        if len(raw) > self.max_message_bytes:
-            return error_frame(ErrorCode.MESSAGE_TOO_BIG, f"message of {len(raw)} bytes exceeds the server's limit of "
-                               f"{self.max_message_bytes} bytes; send smaller actions")
+        metrics = self.pool.metrics
+        started = time.perf_counter()
+        kind = "invalid"
         try:
+            size = len(raw) if isinstance(raw, bytes) or raw.isascii() else len(raw.encode())   # the limit is in bytes
+            if size > self.max_message_bytes:
+                raise FrameError(ErrorCode.MESSAGE_TOO_BIG, f"message of {size} bytes exceeds the server's limit of "
+                                 f"{self.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
                 return observation_frame(self._checked(await session.step(self._action(session, data)), "step"),
@@ -183,13 +192,23 @@ class SessionHandler:
             raise FrameError(ErrorCode.UNKNOWN_TYPE,
                              f"Unknown message type: {kind}; expected reset, step, state, call or close")
         except FrameError as error:
-            return error_frame(error.code, error.message)
+            return self._client_error(error.code, error.message)
         except ValidationError as error:
-            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
-                               errors=error.errors(include_url=False, include_context=False, include_input=False))
+            return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
+                                      errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
             logger.info("environment raised in session %s: %r", session.id, error)
+            metrics.error_reply(ErrorCode.EXECUTION_ERROR)
             return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
+        finally:
+            metrics.answered(kind, time.perf_counter() - started)
+
+    def _client_error(self, code: str, message: str, **details: Any) -> str:
+        """The error frame for a client's mistake, counted as bad input (and logged at most once a minute per code)."""
+        metrics = self.pool.metrics
+        metrics.error_reply(code)
+        metrics.bad_client_input(code.lower(), message)
+        return error_frame(code, message, **details)
 
     def _action(self, session: Session, data: Any) -> Action:
         if not session.has_reset:
