@@ -38,7 +38,10 @@ def read_head(sock: socket.socket) -> bytes:
     """An HTTP response head, read byte by byte so that nothing after it is consumed."""
     data = b""
     while not data.endswith(b"\r\n\r\n"):
-        byte = sock.recv(1)
+        try:
+            byte = sock.recv(1)
+        except ConnectionResetError:   # the server dropped the connection without a response
+            break
         if not byte:
             break
         data += byte
