@@ -7,7 +7,7 @@ is the machinery underneath: frames arrive in picows callbacks, and a frame of a
 environment is answered inside its callback, with no task per connection or per message (keepalive
 pings come from the session pool's one sweep over all sessions).
 
-Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
+Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served over
 HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
