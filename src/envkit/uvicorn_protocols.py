@@ -11,8 +11,9 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
   response on a kept-alive connection; past that the connection gets 408 and is closed;
 - a head may be `max_head_bytes` (64 KiB) long; past that the connection gets 431 and is closed;
 - at most `max_pending_heads` connections may be waiting for their heads at once (a quarter of the
-  process's file-descriptor limit); past that the oldest of them is closed with 503, so stalled
-  handshakes never crowd out clients that complete theirs.
+  process's file-descriptor limit); past that the oldest of them is closed with 503 if it has waited
+  `min_evict_age_s` (1 s), so stalled handshakes never crowd out clients that complete theirs, while a
+  burst of clients connecting at once (a trainer opening every rollout's session) is never evicted.
 
 Each refusal counts as bad client input in `ServerMetrics` (one WARNING per kind per minute), and
 what uvicorn itself logs about clients (invalid UTF-8, invalid HTTP, every accepted WebSocket)
@@ -25,6 +26,7 @@ import asyncio
 import resource
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -41,6 +43,7 @@ __all__ = ["HeadLimits", "protocol_classes", "HEAD_TIMEOUT_S", "MAX_HEAD_BYTES"]
 
 HEAD_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 * 1024
+MIN_EVICT_AGE_S = 1.0
 
 #: What uvicorn logs about its clients: a kind of bad input to count, or None for routine chatter (DEBUG).
 UVICORN_LOG_RULES: dict[str, str | None] = {
@@ -61,12 +64,15 @@ class HeadLimits:
     """One server's head limits, the connections now waiting for their heads (oldest first) and its metrics."""
 
     def __init__(self, metrics: ServerMetrics | None = None, *, head_timeout_s: float = HEAD_TIMEOUT_S,
-                 max_head_bytes: int = MAX_HEAD_BYTES, max_pending_heads: int | None = None) -> None:
+                 max_head_bytes: int = MAX_HEAD_BYTES, max_pending_heads: int | None = None,
+                 min_evict_age_s: float = MIN_EVICT_AGE_S) -> None:
         self.metrics = metrics
         self.head_timeout_s = head_timeout_s
         self.max_head_bytes = max_head_bytes
         self.max_pending_heads = max_pending_heads or default_max_pending_heads()
-        self.pending: dict[_LimitedHeads, None] = {}
+        self.min_evict_age_s = min_evict_age_s
+        #: Connections waiting for their request heads, oldest first, with the time each began to wait.
+        self.pending: dict[_LimitedHeads, float] = {}
 
 
 class _LimitedHeads:
@@ -111,15 +117,16 @@ class _LimitedHeads:
             self._await_head()   # a kept-alive connection: the next head has the same limits
 
     def _await_head(self) -> None:
-        limits = self.limits
+        limits, now = self.limits, self.loop.time()
         self._head_bytes = 0
         self._head_timer = self.loop.call_later(limits.head_timeout_s, self._head_timed_out)
-        limits.pending[self] = None
+        limits.pending[self] = now
         if len(limits.pending) > limits.max_pending_heads:
-            oldest = next(iter(limits.pending))
-            oldest._refuse(503, "Service Unavailable", "handshake_evicted",
-                           f"more than {limits.max_pending_heads} connections waiting for their request heads; "
-                           "closed the oldest")
+            oldest, since = next(iter(limits.pending.items()))
+            if now - since >= limits.min_evict_age_s:
+                oldest._refuse(503, "Service Unavailable", "handshake_evicted",
+                               f"more than {limits.max_pending_heads} connections waiting for their request heads; "
+                               "closed the oldest")
 
     def _head_done(self) -> None:
         if self._head_timer is not None:
@@ -136,7 +143,7 @@ class _LimitedHeads:
         self._head_done()
         if self.limits.metrics is not None:
             self.limits.metrics.bad_client_input(kind, detail)
-        body = ('{"detail":"' + detail + '"}').encode()
+        body = orjson.dumps({"detail": detail})
         head = (f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
                 "connection: close\r\n\r\n").encode()
         if not self.transport.is_closing():
