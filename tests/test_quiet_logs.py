@@ -83,3 +83,20 @@ def test_running_out_of_file_descriptors_is_not_logged_per_connection(serve_args
     log = "".join(served.output)
     assert "Traceback" not in log and not re.search(r"^(ERROR|CRITICAL)", log, re.M), log[-3000:]
     assert len(log.splitlines()) < 30, log[-3000:]
+
+
+def test_rate_limited_lines_say_how_many_were_held_back(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from envkit.quiet_log import RateLimitedLog
+
+    caplog.set_level(logging.INFO, logger="envkit.test")
+    log = RateLimitedLog(logging.getLogger("envkit.test"), interval_s=0.2)
+    for _ in range(5):
+        log.warning("a", "kind a: %s", "x")
+    log.log(logging.INFO, "b", "kind b")
+    time.sleep(0.25)
+    log.warning("a", "kind a: %s", "y")
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [
+        ("WARNING", "kind a: x"), ("INFO", "kind b"),
+        ("WARNING", "kind a: y (and 4 more like it since the last such line; at most one per 0.2s)")]

@@ -24,7 +24,7 @@ LOG_INTERVAL_S = 60.0
 
 
 class RateLimitedLog:
-    """At most one WARNING per kind per `interval_s`; how many were held back is said in the next one."""
+    """At most one line per kind per `interval_s`; how many were held back is said in the next one."""
 
     def __init__(self, logger: logging.Logger, interval_s: float = LOG_INTERVAL_S) -> None:
         self.logger = logger
@@ -34,6 +34,10 @@ class RateLimitedLog:
 
     def warning(self, kind: str, message: str, *args: Any) -> None:
         """Log `message % args` unless a line of this `kind` was logged less than `interval_s` ago."""
+        self.log(logging.WARNING, kind, message, *args)
+
+    def log(self, level: int, kind: str, message: str, *args: Any) -> None:
+        """`warning` at another level."""
         now = time.monotonic()
         if now < self._quiet_until.get(kind, 0.0):
             self._held_back[kind] = self._held_back.get(kind, 0) + 1
@@ -43,7 +47,7 @@ class RateLimitedLog:
         if held_back:
             message += " (and %d more like it since the last such line; at most one per %gs)"
             args = (*args, held_back, self.interval_s)
-        self.logger.warning(message, *args)
+        self.logger.log(level, message, *args)
 
 
 class TransportLog:

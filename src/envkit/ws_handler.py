@@ -227,7 +227,8 @@ class SessionHandler:
             return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
                                       errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
-            logger.info("environment raised in session %s: %r", session.id, error)
+            # at most a line a minute: a client can make an environment raise on every frame it sends
+            metrics.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session.id, error)
             metrics.error_reply(ErrorCode.EXECUTION_ERROR)
             return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
         finally:
