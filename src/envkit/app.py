@@ -18,11 +18,13 @@ from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
+#: Seconds a connection may take to send its request head (the WebSocket handshake) on either transport.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def create_app(

@@ -43,14 +43,13 @@ from picows import (
 )
 from picows.picows import _validate_upgrade_request   # the check picows applies after `route`; see _open_session
 
-from .app import MAX_FRAME_BYTES, EnvkitApp
+from .app import HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
-from .uvicorn_protocols import HEAD_TIMEOUT_S
 from .ws_handler import Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
@@ -454,7 +453,7 @@ class PicowsServer:
         log = TransportLog(logging.getLogger("envkit.picows"), self.handler.pool.metrics, PICOWS_LOG_RULES)
         self.server = await ws_create_server(
             self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes,
-            read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=HEAD_TIMEOUT_S, logger_name=log,
+            read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=HANDSHAKE_TIMEOUT_S, logger_name=log,
             use_aiofastnet=False)
         return self.server.sockets[0].getsockname()[1]
 

@@ -30,6 +30,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from .app import HANDSHAKE_TIMEOUT_S
 from .metrics import ServerMetrics
 from .protocol import CloseCode
 from .quiet_log import TransportLog
@@ -39,9 +40,8 @@ try:
 except ImportError:   # httptools is not installed: uvicorn parses with h11
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
-__all__ = ["HeadLimits", "protocol_classes", "HEAD_TIMEOUT_S", "MAX_HEAD_BYTES"]
+__all__ = ["HeadLimits", "protocol_classes", "MAX_HEAD_BYTES"]
 
-HEAD_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 * 1024
 MIN_EVICT_AGE_S = 1.0
 
@@ -63,7 +63,7 @@ def default_max_pending_heads() -> int:
 class HeadLimits:
     """One server's head limits, the connections now waiting for their heads (oldest first) and its metrics."""
 
-    def __init__(self, metrics: ServerMetrics | None = None, *, head_timeout_s: float = HEAD_TIMEOUT_S,
+    def __init__(self, metrics: ServerMetrics | None = None, *, head_timeout_s: float = HANDSHAKE_TIMEOUT_S,
                  max_head_bytes: int = MAX_HEAD_BYTES, max_pending_heads: int | None = None,
                  min_evict_age_s: float = MIN_EVICT_AGE_S) -> None:
         self.metrics = metrics
