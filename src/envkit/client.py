@@ -3,7 +3,8 @@
 A session is one WebSocket connection. When it drops mid-episode, the pending call and every
 later `step`, `state` or tool call raise `SessionLostError`; only `reset()` opens a new session,
 because it starts a new episode anyway. Keepalive pings notice a vanished peer within
-`ping_interval + ping_timeout` seconds.
+`ping_interval + ping_timeout` seconds. A call cancelled or timed out after its frame went out
+ends the session the same way, so its reply can never be taken for a later call's.
 
 Works against envkit servers and OpenEnv servers alike (reset, step, state, close).
 """
