@@ -68,6 +68,9 @@ class Episode:
         lost: why the session was lost mid-episode, or None. A lost episode is unscorable.
         texts: the observation texts, first (from `reset`) to last.
         env_seconds: time spent waiting for the environment.
+        metrics: the environment's episode metrics after the latest move (`Environment.METRICS`; empty when it
+            declares none).
+        observation: the latest observation, as the server sent it.
     """
 
     env: str
@@ -81,6 +84,8 @@ class Episode:
     lost: str | None = None
     texts: list[str] = field(default_factory=list)
     env_seconds: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    observation: Any = None
 
 
 @dataclass
@@ -139,7 +144,7 @@ class ServedEnvironment:
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)
         episode.texts.append(text)
-        self._add_components(result.observation)
+        self._observed(result.observation, result.metrics)
         if result.done:
             self._finish()
         return _separated(row.get("prompt"), text)
@@ -199,17 +204,22 @@ class ServedEnvironment:
             self.tally.tool_calls += 1
         if result.reward is not None:
             episode.reward += float(result.reward)
-        self._add_components(result.observation)
+        self._observed(result.observation, result.metrics)
         episode.texts.append(result.text)
         if result.done:
             self._finish()
         return result.text
 
-    def _add_components(self, observation: Any) -> None:
-        """Keep the latest `reward_components` the environment reported (its standing in the game so far)."""
+    def _observed(self, observation: Any, metrics: dict[str, float] | None) -> None:
+        """Keep the latest observation, metrics and `reward_components` the environment reported (its standing in
+        the game so far)."""
+        assert self.episode is not None
+        if observation is not None:
+            self.episode.observation = observation
+        if metrics is not None:
+            self.episode.metrics = dict(metrics)
         reported = observation.get("reward_components") if isinstance(observation, dict) else None
         if isinstance(reported, dict):
-            assert self.episode is not None
             self.episode.components = {name: float(value) for name, value in reported.items()
                                        if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
@@ -308,7 +318,7 @@ def _class_name(env_name: str) -> str:
 
 
 def bind(url: str, *, name: str | None = None, tally: Tally | None = None, reconnect_timeout: float = 0.0,
-         client_options: dict[str, Any] | None = None) -> type[ServedEnvironment]:
+         client_options: dict[str, Any] | None = None, check_schemas: bool = True) -> type[ServedEnvironment]:
     """The TRL environment class for the environment served at `url`.
 
     Reads `/metadata` and `/tools`, builds one method per tool, and checks that each method's
@@ -323,6 +333,8 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
         reconnect_timeout: seconds `reset` keeps retrying a server that cannot be reached (it may be
             restarting) before raising `EnvConnectionError`; 0 fails at once.
         client_options: keyword arguments for each episode's `EnvClient` (timeouts, headers).
+        check_schemas: check each method against the listing as TRL renders it (imports transformers); players
+            that never render schemas (scripted policies) may skip it.
     """
     probe = EnvClient(url, **(client_options or {})).sync()
     metadata = probe.metadata()
@@ -349,8 +361,9 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
         methods[listed.get("name")] = (_tool_method(listed, env_name), listed)
     namespace.update({name: method for name, (method, _) in methods.items()})
     cls = type(_class_name(env_name), (ServedEnvironment,), namespace)
-    for name, (_, listed) in methods.items():
-        check_tool_schema(getattr(cls, name), listed)
+    if check_schemas:
+        for name, (_, listed) in methods.items():
+            check_tool_schema(getattr(cls, name), listed)
     return cls
 
 

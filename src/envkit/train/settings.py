@@ -25,11 +25,26 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TrainSettings", "load_config", "settings_from", "TINY"]
+__all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY"]
 
 TINY = "tiny"
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
+
+
+def model_defaults(tiny: bool) -> dict[str, Any]:
+    """The defaults that depend on the model: laptop-sized for `tiny`, TRL's for a real model.
+
+    `envkit eval` plays with the same episode budget (`max_completion_length`, `max_tool_calling_iterations`).
+    """
+    return {
+        "max_steps": 30 if tiny else 200,
+        "learning_rate": 2e-3 if tiny else 1e-6,
+        "num_generations": 8,
+        "batch_size": 16 if tiny else 8,
+        "max_completion_length": 128 if tiny else 1024,
+        "max_tool_calling_iterations": 3 if tiny else 10,
+    }
 
 
 @dataclass
@@ -71,15 +86,7 @@ class TrainSettings:
 
     def resolved(self) -> TrainSettings:
         """A copy with model-dependent defaults filled in and every value checked."""
-        tiny = self.tiny
-        defaults = {
-            "max_steps": 30 if tiny else 200,
-            "learning_rate": 2e-3 if tiny else 1e-6,
-            "num_generations": 8,
-            "batch_size": 16 if tiny else 8,
-            "max_completion_length": 128 if tiny else 1024,
-            "max_tool_calling_iterations": 3 if tiny else 10,
-        }
+        defaults = model_defaults(self.tiny)
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
         done = dataclasses.replace(self, **values)
