@@ -137,6 +137,13 @@ def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Eval
     settings.check()
     envs = _environments(settings)
     counted = _games(settings, envs, {env.name: "" for env in envs})  # checks splits and counts before serving
+    for name in settings.policies:  # an unknown player is a usage error, before anything is served
+        from .policy_player import policy_names
+
+        for env in envs:
+            if env.env_class is not None and name not in policy_names(env.env_class):
+                raise ConfigurationError(f"--policy {name}: {env.name} has no such scripted player; its players: "
+                                         f"{', '.join(policy_names(env.env_class))}")
     if not settings.openai_url:
         from ..train.model_check import check_model
 
