@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..train.binding import Episode, ServedEnvironment, tool_names
-from ..transcripts import Turn
 
 __all__ = ["Game", "Conversation", "Player", "play"]
 
@@ -47,13 +46,15 @@ class Game:
 
 @dataclass
 class Conversation:
-    """One episode in play: the chat so far, the environment instance and its tools, and what happened."""
+    """One episode in play: the chat so far, the environment instance and its tools, and the failed calls.
+
+    The tool calls themselves are recorded by the environment instance (`episode.turns`).
+    """
 
     game: Game
     environment: ServedEnvironment
     messages: list[dict[str, Any]]
     tools: list[Any]
-    turns: list[Turn] = field(default_factory=list)
     failed_calls: int = 0
     #: Whatever the player keeps between its answers (token ids, for a local model).
     state: dict[str, Any] = field(default_factory=dict)
@@ -99,33 +100,30 @@ def start(games: Sequence[Game], classes: dict[str, type[ServedEnvironment]], po
 
 
 def _run_calls(conversation: Conversation, tool_calls: list[dict[str, Any]]) -> None:
-    """Run one answer's tool calls in order, as TRL does; record a turn per call and append the tool messages."""
+    """Run one answer's tool calls in order and append the tool messages, as TRL does.
+
+    A call that fails before it reaches the environment (unknown tool, arguments that are not an object)
+    is recorded in `episode.turns` here; the environment instance records every other call itself.
+    """
     tools = {tool.__name__: tool for tool in conversation.tools}
     episode = conversation.episode
     for call in tool_calls:
-        reward_before = episode.reward
-        error = None
-        if call.get("type", "function") == "function":
-            function = call.get("function") or {}
-            name = function.get("name", "unknown")
-            arguments = function.get("arguments")
-            try:
-                if name not in tools:
-                    raise ValueError(f"Tool {name} not found.")
-                result: Any = tools[name](**arguments)
-            except Exception as exception:
-                error = str(exception)
-                result = {"error": error}
-        else:
-            name, arguments = call.get("name", "unknown"), None
-            error = f"Unsupported tool call type: {call.get('type')}"
-            result = {"error": error}
-        if error is not None:
+        function = call.get("function") or {}
+        name = function.get("name", call.get("name", "unknown"))
+        arguments = function.get("arguments")
+        recorded = len(episode.turns)
+        try:
+            if call.get("type", "function") != "function":
+                raise ValueError(f"Unsupported tool call type: {call.get('type')}")
+            if name not in tools:
+                raise ValueError(f"Tool {name} not found.")
+            result: Any = tools[name](**arguments)
+        except Exception as error:
             conversation.failed_calls += 1
-        content = str(result)
-        conversation.messages.append({"role": "tool", "name": name, "content": content})
-        conversation.turns.append(Turn(tool=name, arguments=arguments, result=content,
-                                       reward=episode.reward - reward_before, done=episode.done, error=error))
+            result = {"error": str(error)}
+            if len(episode.turns) == recorded:
+                episode.refused(name, arguments, str(error))
+        conversation.messages.append({"role": "tool", "name": name, "content": str(result)})
 
 
 def play(player: Player, games: Sequence[Game], classes: dict[str, type[ServedEnvironment]], *,

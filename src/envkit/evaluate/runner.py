@@ -114,7 +114,7 @@ def transcript_of(label: str, conversation: Conversation, **extra: Any) -> Trans
         details["lost_reason"] = episode.lost
     return Transcript(model=label, env=game.env, task=dict(game.task),
                       messages=[chat_message(message) for message in conversation.messages],
-                      turns=list(conversation.turns), reward=episode.reward, done=episode.done,
+                      turns=list(episode.turns), reward=episode.reward, done=episode.done,
                       lost=episode.lost is not None, metrics=dict(episode.metrics), split=game.split,
                       task_index=game.task_index, extra=details)
 

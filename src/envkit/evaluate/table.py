@@ -76,7 +76,7 @@ def row_for(model: str, env: str, conversations: Sequence[Conversation], metrics
         model=model, env=env, episodes=n, successes=successes, success_rate=successes / n if n else 0.0,
         success_interval=wilson_interval(successes, n),
         mean_reward=sum(episode.reward for episode in episodes) / n if n else None,
-        mean_steps=sum(len(conversation.turns) for conversation in conversations) / n if n else None,
+        mean_steps=sum(len(episode.turns) for episode in episodes) / n if n else None,
         failed_tool_calls=sum(conversation.failed_calls for conversation in conversations),
         sessions_lost=sum(1 for episode in episodes if episode.lost),
         metrics={name: {"title": summary.metric.title, "aggregate": summary.metric.aggregate, "value": summary.value,

@@ -29,10 +29,11 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from ..client import EnvClient, SyncEnvClient
 from ..errors import CapacityError, EnvConnectionError, EnvError, SessionLostError
+from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
 
 __all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "environment_factory", "tool_names"]
@@ -71,6 +72,8 @@ class Episode:
         metrics: the environment's episode metrics after the latest move (`Environment.METRICS`; empty when it
             declares none).
         observation: the latest observation, as the server sent it.
+        turns: every tool call of the episode, in order: arguments, the text the model read back (for a
+            refused call, TRL's `{'error': ...}`), the reward it brought, and whether the episode was over.
     """
 
     env: str
@@ -86,6 +89,11 @@ class Episode:
     env_seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     observation: Any = None
+    turns: list[Turn] = field(default_factory=list)
+
+    def refused(self, tool: str, arguments: Any, error: str) -> None:
+        """Record a call that failed: TRL shows the model `{'error': error}`."""
+        self.turns.append(Turn(tool, arguments, str({"error": error}), 0.0, self.done, error))
 
 
 @dataclass
@@ -180,22 +188,23 @@ class ServedEnvironment:
         """One tool call over this episode's session; every refusal is a ValueError, which TRL shows the model."""
         episode, client = self.episode, self._client
         if episode is not None and episode.lost:
-            raise ValueError(f"Episode lost ({episode.lost}); it cannot continue.")
+            self._refuse(tool, arguments, f"Episode lost ({episode.lost}); it cannot continue.")
         if episode is not None and episode.done:
-            raise ValueError("Game over.")
+            self._refuse(tool, arguments, "Game over.")
         if episode is None or client is None:
             raise ValueError("No episode is running; the trainer calls reset() first.")
         started = time.perf_counter()
+        reward_before = episode.reward
         try:
             result = client.call(tool, **arguments)
         except SessionLostError as error:
             self._lose(error)
-            raise ValueError(f"Episode lost: {error.reason}. It ends here and is not replayed.") from None
+            self._refuse(tool, arguments, f"Episode lost: {error.reason}. It ends here and is not replayed.")
         except EnvError as error:
             episode.tool_errors += 1
             self.tally.tool_errors += 1
             self.tally.error_codes[error.code] = self.tally.error_codes.get(error.code, 0) + 1
-            raise ValueError(error.message) from None
+            self._refuse(tool, arguments, error.message)
         finally:
             elapsed = time.perf_counter() - started
             episode.env_seconds += elapsed
@@ -208,7 +217,14 @@ class ServedEnvironment:
         episode.texts.append(result.text)
         if result.done:
             self._finish()
+        episode.turns.append(Turn(tool, arguments, result.text, episode.reward - reward_before, episode.done))
         return result.text
+
+    def _refuse(self, tool: str, arguments: dict[str, Any], error: str) -> NoReturn:
+        """Record a failed call and raise the ValueError TRL turns into `{'error': ...}` for the model."""
+        assert self.episode is not None
+        self.episode.refused(tool, arguments, error)
+        raise ValueError(error) from None
 
     def _observed(self, observation: Any, metrics: dict[str, float] | None) -> None:
         """Keep the latest observation, metrics and `reward_components` the environment reported (its standing in
@@ -298,7 +314,12 @@ def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
     returns = (listed.get("return") or {}).get("description")
 
     def method(self: ServedEnvironment, *args: Any, **kwargs: Any) -> str:
-        bound = signature.bind(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as error:  # arguments the tool does not take: a failed call, as TRL counts it
+            if self.episode is not None:
+                self.episode.refused(name, kwargs or list(args), str(error))
+            raise
         arguments = {key: value for key, value in bound.arguments.items()
                      if key != "self" and value is not SERVER_DEFAULT}
         return self._call(name, arguments)
