@@ -74,6 +74,8 @@ class TrainSettings:
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
     num_episodes: int = 64
+    eval_games: int = 0
+    transcripts_per_step: int = 4
     seed: int = 0
     report_to: str = "none"
     reconnect_timeout: float = 30.0
@@ -126,6 +128,10 @@ class TrainSettings:
             raise ConfigurationError(
                 f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one name per server "
                 "(in the same order), or leave out --env to use the names the servers report")
+        if self.eval_games < 0:
+            raise ConfigurationError("--eval-games must be 0 (no evaluation) or a number of test games")
+        if self.transcripts_per_step < 0:
+            raise ConfigurationError("--transcripts-per-step must be 0 (none) or more")
         if self.reconnect_timeout < 0:
             raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
 
@@ -189,7 +195,8 @@ def _flag(name: str) -> str:
 
 _LIST_FIELDS = {"env", "env_url", "reward"}
 _INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
-               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed"}
+               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed", "eval_games",
+               "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
 
 
