@@ -76,15 +76,26 @@ class EvalSettings:
             raise ConfigurationError(f"--temperature must be 0 (greedy) or more, got {self.temperature}")
 
     def budget(self, model: str) -> tuple[int, int]:
-        """(max_completion_length, max_tool_calling_iterations) for a model: as given, else `envkit train`'s."""
-        defaults = model_defaults(model == TINY and not self.openai_url)
-        return (self.max_completion_length or defaults["max_completion_length"],
-                self.max_tool_calling_iterations or defaults["max_tool_calling_iterations"])
+        """(max_completion_length, max_tool_calling_iterations) for a model: as given; else as the model was trained
+        (a folder `envkit train` saved); else `envkit train`'s defaults for it."""
+        defaults = {**model_defaults(model == TINY and not self.openai_url), **self._trained(model)}
+        return (self.max_completion_length or int(defaults["max_completion_length"]),
+                self.max_tool_calling_iterations or int(defaults["max_tool_calling_iterations"]))
 
     def chat_kwargs(self, model: str) -> dict[str, Any]:
-        """The chat template arguments, as `envkit train` would pass them for this model."""
-        return TrainSettings(model=model, enable_thinking=self.enable_thinking,
-                             chat_template_kwargs=dict(self.chat_template_kwargs)).chat_kwargs()
+        """The chat template arguments, as `envkit train` passes them for this model (or passed them, for a folder
+        it saved), with the flags given here on top."""
+        trained = dict(self._trained(model).get("chat_template_kwargs") or {})
+        kwargs = TrainSettings(model=model, enable_thinking=self.enable_thinking,
+                               chat_template_kwargs={**trained, **self.chat_template_kwargs}).chat_kwargs()
+        return kwargs
+
+    def _trained(self, model: str) -> dict[str, Any]:
+        if self.openai_url:
+            return {}
+        from ..train.runner import load_play_settings
+
+        return load_play_settings(model)
 
 
 @dataclass

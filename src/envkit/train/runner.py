@@ -27,7 +27,7 @@ from .embedded import serve_envs
 from .rewards import parse_reward, reward_functions
 from .settings import TrainSettings
 
-__all__ = ["run", "Run", "TrainingStopped"]
+__all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -157,6 +157,7 @@ def train(prepared: Run) -> Any:
 
         transformers_logging.disable_progress_bar()
         trainer.save_model(str(output / "model"))
+        save_play_settings(output / "model", settings)
         summary.files = {"model": str(output / "model"), **summary.files}
     if prepared.sampler.written:
         summary.files["transcripts"] = str(prepared.sampler.path)
@@ -243,6 +244,35 @@ def _quiet_unscorable_warning() -> Iterator[None]:
         yield
     finally:
         trl_logger.removeFilter(keep)
+
+
+#: Saved beside a trained model: how it played in training, so `envkit eval` plays it the same way.
+PLAY_SETTINGS_FILE = "envkit_play.json"
+
+
+def save_play_settings(folder: Path, settings: TrainSettings) -> None:
+    """Write the episode budget and chat template arguments the model was trained with into its folder."""
+    import json
+
+    (folder / PLAY_SETTINGS_FILE).write_text(json.dumps({
+        "max_completion_length": settings.max_completion_length,
+        "max_tool_calling_iterations": settings.max_tool_calling_iterations,
+        "chat_template_kwargs": settings.chat_kwargs(),
+    }, indent=2) + "\n")
+
+
+def load_play_settings(model: str) -> dict[str, Any]:
+    """What `save_play_settings` wrote for a model folder; empty for anything else."""
+    import json
+
+    path = Path(model).expanduser() / PLAY_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class _Evaluation:
