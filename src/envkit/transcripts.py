@@ -113,6 +113,8 @@ def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = [_tool_call(call) for call in calls]
+    if message.get("error"):
+        out["error"] = str(message["error"])  # a turn the model's server could not answer
     return out
 
 

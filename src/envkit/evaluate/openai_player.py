@@ -4,6 +4,10 @@ Each turn is one `POST {url}/chat/completions` with the conversation so far and 
 tools (`tools=`, the schemas the server's `/tools` lists, which are those TRL renders); the server
 applies its chat template and parses tool calls. Requests of different games run in parallel.
 The key, if the server wants one, comes from `OPENAI_API_KEY`.
+
+A server that cannot be reached, or refuses a request (4xx: a wrong model name, a missing key), stops
+the evaluation with `ChatServerError`. A server error (5xx) on one turn ends that game only: it
+counts as a failed call and the transcript keeps the error on an empty assistant message.
 """
 
 from __future__ import annotations
@@ -61,6 +65,13 @@ class OpenAIPlayer:
         except httpx.HTTPError as error:
             raise ChatServerError(f"cannot reach the chat server at {self.url}: {type(error).__name__}: {error}; "
                                   "is it running, and is --openai-url its /v1 root?") from None
+        if response.status_code >= 500:
+            # The server failed on this conversation (e.g. `transformers serve` on a malformed tool call): this game
+            # ends here, counted as a failed call; the others go on.
+            conversation.failed_calls += 1
+            conversation.messages.append({"role": "assistant", "content": "", "error": f"the chat server answered "
+                                          f"HTTP {response.status_code}: {response.text[:200]}"})
+            return None
         if response.status_code != 200:
             raise ChatServerError(f"the chat server at {self.url} answered HTTP {response.status_code}: "
                                   f"{response.text[:300]}")

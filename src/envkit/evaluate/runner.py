@@ -91,8 +91,7 @@ class EvalSettings:
         return kwargs
 
     def _trained(self, model: str) -> dict[str, Any]:
-        if self.openai_url:
-            return {}
+        """The play settings saved with a model folder (also when a chat server serves it by that path)."""
         from ..train.runner import load_play_settings
 
         return load_play_settings(model)
