@@ -56,11 +56,11 @@ class EvalSettings:
 
     def check(self) -> None:
         """Raise `ConfigurationError` for flags that cannot work together."""
+        if self.openai_url and not self.models:
+            raise ConfigurationError("--openai-url needs --model NAME: the model name the chat server serves")
         if not self.models and not self.policies:
             raise ConfigurationError("say who plays: --model PATH|HUB_ID|tiny, --openai-url URL --model NAME, "
                                      "or --policy solver|random")
-        if self.openai_url and not self.models:
-            raise ConfigurationError("--openai-url needs --model NAME: the model name the chat server serves")
         if not self.env and not self.env_url:
             raise ConfigurationError("name an environment with --env (e.g. --env wordle) or a server with --env-url")
         if self.env_url and self.env and len(self.env) != len(self.env_url):
