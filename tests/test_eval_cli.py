@@ -205,3 +205,13 @@ def test_a_wrong_model_name_on_the_chat_server_is_one_line(chat_server: tuple[st
     done = envkit("eval", "--env", "wordle", "--games", "1", "--openai-url", url, "--model", "/no/such/model")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "the chat server at" in done.stderr
+
+
+def test_policy_evaluation_loads_no_heavy_library() -> None:
+    code = ("import sys\nfrom envkit.cli.main import main\n"
+            "main(['eval', '--env', 'wordle', '--policy', 'solver', '--games', '2', '-q'])\n"
+            "print('heavy:', sorted(name for name in ('torch', 'transformers', 'trl') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "heavy: []"

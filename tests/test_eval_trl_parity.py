@@ -59,8 +59,9 @@ def test_eval_loop_reproduces_trl_rollouts_token_for_token(env: str, tmp_path: P
 
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         rows = [{"prompt": game.prompt, **game.task} for game in games for _ in range(2)]   # 2 generations each
-        config = GRPOConfig(output_dir=str(tmp_path), max_completion_length=LENGTH, max_tool_calling_iterations=ITERATIONS,
-                            num_generations=2, per_device_train_batch_size=2 * GAMES, chat_template_kwargs=CHAT,
+        config = GRPOConfig(output_dir=str(tmp_path), max_completion_length=LENGTH,
+                            max_tool_calling_iterations=ITERATIONS, num_generations=2,
+                            per_device_train_batch_size=2 * GAMES, chat_template_kwargs=CHAT,
                             generation_kwargs={"do_sample": False}, use_cpu=True, report_to=[], logging_steps=1,
                             save_strategy="no", beta=0.0, max_steps=1)
         trainer = GRPOTrainer(model=model, reward_funcs=record, args=config, train_dataset=Dataset.from_list(rows),

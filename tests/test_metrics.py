@@ -100,7 +100,8 @@ def test_env_client_exposes_metrics_after_reset_step_and_tool_call(transport: st
 
 
 def test_an_environment_without_metrics_sends_none_even_when_asked(counter_url: str) -> None:
-    with connect(websocket_url(counter_url), proxy=None, additional_headers={"x-envkit-features": "text,metrics"}) as sock:
+    features = {"x-envkit-features": "text,metrics"}
+    with connect(websocket_url(counter_url), proxy=None, additional_headers=features) as sock:
         sock.send(json.dumps({"type": "reset"}))
         reply = json.loads(sock.recv(timeout=10))["data"]
     assert "text" in reply and "metrics" not in reply

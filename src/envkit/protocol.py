@@ -25,7 +25,8 @@ import orjson
 from .environment import Observation
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason", "FrameError",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "FrameError",
     "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
 ]
 

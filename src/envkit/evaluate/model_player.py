@@ -37,7 +37,7 @@ class ModelPlayer:
 
         self.label = label
         self.model = model
-        if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        if all(getattr(tokenizer, name, None) is None for name in ("response_template", "response_schema")):
             tokenizer = add_response_schema(tokenizer)
         self.tokenizer = tokenizer
         self.chat_template = (None if is_chat_template_prefix_preserving(tokenizer)
@@ -75,8 +75,8 @@ class ModelPlayer:
         state = conversation.state
         if "prompt_ids" not in state:
             rendered = self.tokenizer.apply_chat_template(
-                conversation=[conversation.messages], tools=conversation.tools or None, chat_template=self.chat_template,
-                add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs)
+                conversation=[conversation.messages], tools=conversation.tools or None,
+                chat_template=self.chat_template, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs)
             state["prompt_ids"], state["completion_ids"] = list(rendered["input_ids"][0]), []
             return state["prompt_ids"]
         tool_messages = []
@@ -117,8 +117,9 @@ class ModelPlayer:
         sampling: dict[str, Any] = ({"do_sample": True, "temperature": self.temperature} if self.temperature > 0
                                     else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
         with torch.no_grad():
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max(1, max_new_tokens),
-                                         eos_token_id=self.eos_token_ids, pad_token_id=pad, **sampling)
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention,
+                                         max_new_tokens=max(1, max_new_tokens), eos_token_id=self.eos_token_ids,
+                                         pad_token_id=pad, **sampling)
         results = []
         for row in output[:, width:].tolist():
             ends = [position for position, token in enumerate(row) if token in self.eos_token_ids]

@@ -47,8 +47,8 @@ def _check_hub_id(model: str, flag: str) -> None:
     if isinstance(try_to_load_from_cache(model, "config.json"), str):
         return
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        raise ConfigurationError(f"{flag} {model}: not a folder, and not in the Hugging Face cache while HF_HUB_OFFLINE "
-                                 "is set; download it first or give a local folder")
+        raise ConfigurationError(f"{flag} {model}: not a folder, and not in the Hugging Face cache while "
+                                 "HF_HUB_OFFLINE is set; download it first or give a local folder")
     try:
         model_info(model, timeout=10)
     except GatedRepoError:
