@@ -39,7 +39,7 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["SessionHandler", "Refusal"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused"]
 
 
 class Refusal(NamedTuple):
@@ -49,6 +49,14 @@ class Refusal(NamedTuple):
     frame: str
     code: int
     reason: str
+
+
+class SessionRefused(Exception):
+    """No session could be opened (capacity, shutdown, a failing factory); `refusal` says why."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
 
 
 def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
@@ -116,6 +124,28 @@ class SessionHandler:
                 pool.release()
 
     # -- transport-neutral parts, shared by every transport ----------------------------------
+
+    async def open_detached(self) -> Session:
+        """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.
+
+        The session gives its slot back when it ends (explicitly, by the idle reaper or at shutdown).
+
+        Raises:
+            SessionRefused: at capacity, during shutdown, or when the environment could not be built.
+        """
+        pool = self.pool
+        if not pool.try_reserve() and not await pool.wait_for_slot():
+            raise SessionRefused(self.refusal())
+        try:
+            env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
+        except BaseException as error:
+            pool.release()
+            if isinstance(error, Exception):
+                raise SessionRefused(self.factory_refusal(error)) from error
+            raise
+        session = Session(pool, env, None, owns_slot=True)
+        pool.add(session)
+        return session
 
     def build(self) -> Environment:
         """A fresh environment for a new session (call on a worker unless `inline_factory`)."""
