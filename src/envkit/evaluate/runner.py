@@ -86,9 +86,8 @@ class EvalSettings:
         """The chat template arguments, as `envkit train` passes them for this model (or passed them, for a folder
         it saved), with the flags given here on top."""
         trained = dict(self._trained(model).get("chat_template_kwargs") or {})
-        kwargs = TrainSettings(model=model, enable_thinking=self.enable_thinking,
-                               chat_template_kwargs={**trained, **self.chat_template_kwargs}).chat_kwargs()
-        return kwargs
+        return TrainSettings(model=model, enable_thinking=self.enable_thinking,
+                             chat_template_kwargs={**trained, **self.chat_template_kwargs}).chat_kwargs()
 
     def _trained(self, model: str) -> dict[str, Any]:
         """The play settings saved with a model folder (also when a chat server serves it by that path)."""
