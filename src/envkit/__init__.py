@@ -23,7 +23,7 @@ from .errors import (
     SessionLostError,
     ToolDefinitionError,
 )
-from .metrics import Metric
+from .episode_metrics import Metric
 from .tools import ToolSpec, tool, tool_specs
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
-from .metrics import check_metrics
+from .episode_metrics import check_metrics
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs

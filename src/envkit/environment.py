@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .metrics import Metric
+from .episode_metrics import Metric
 
 __all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
 

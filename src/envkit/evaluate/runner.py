@@ -19,7 +19,7 @@ from typing import Any
 from ..client import EnvClient
 from ..environment import Environment
 from ..errors import ConfigurationError
-from ..metrics import Metric, metrics_from_metadata
+from ..episode_metrics import Metric, metrics_from_metadata
 from ..serving import resolve_target
 from ..train.binding import ServedEnvironment, bind
 from ..train.data import task_prompt

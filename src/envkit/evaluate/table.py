@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..metrics import Metric, summarise
+from ..episode_metrics import Metric, summarise
 from .loop import Conversation
 
 __all__ = ["Row", "wilson_interval", "row_for", "render_table"]
