@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .episode_metrics import check_metrics
 from .metrics import ServerMetrics
 from .routes import Documents, build_router
 from .sessions import SessionPool
@@ -84,6 +85,7 @@ def create_app(
         raise ConfigurationError(f"observation_cls must be an envkit Observation subclass, got {observation_cls!r}")
 
     tools = tool_specs(env_class)
+    check_metrics(env_class.METRICS, env_class.__qualname__)
     if capacity_wait_s < 0:
         raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:

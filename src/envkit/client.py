@@ -34,8 +34,8 @@ T = TypeVar("T")
 class StepResult:
     """What `reset` and `step` return: the observation, its reward and whether the episode ended.
 
-    `text` is the observation as the environment renders it for a language model (envkit servers only; None from
-    servers that do not send it).
+    `text` is the observation as the environment renders it for a language model, and `metrics` the episode's
+    metrics after this move (`Environment.episode_metrics()`); both from envkit servers only, None otherwise.
     """
 
     observation: Any
@@ -43,17 +43,20 @@ class StepResult:
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
+    metrics: dict[str, float] | None = None
 
 
 @dataclass
 class ToolResult:
-    """What a tool call returns: the text for the agent, plus the observation when the tool acted."""
+    """What a tool call returns: the text for the agent, plus the observation when the tool acted, and the
+    episode's metrics after the call (environments that declare metrics)."""
 
     tool: str
     text: str
     observation: Any = None
     reward: float | None = None
     done: bool | None = None
+    metrics: dict[str, float] | None = None
 
 
 def websocket_url(base_url: str) -> str:
@@ -102,7 +105,7 @@ class EnvClient:
         self.message_timeout = message_timeout
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
-        self.headers = {FEATURES_HEADER: "text", **(headers or {})}
+        self.headers = {FEATURES_HEADER: "text,metrics", **(headers or {})}
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
@@ -217,7 +220,8 @@ class EnvClient:
         observation = data.get("observation")
         if observation is not None and self.observation_cls is not None:
             observation = self._parse_observation(data)
-        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"))
+        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"),
+                          data.get("metrics"))
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -321,7 +325,7 @@ class EnvClient:
 
     def _step_result(self, data: dict[str, Any]) -> StepResult:
         return StepResult(self._parse_observation(data), data.get("reward"), bool(data.get("done", False)),
-                          data.get("metadata") or {}, data.get("text"))
+                          data.get("metadata") or {}, data.get("text"), data.get("metrics"))
 
     def sync(self) -> SyncEnvClient:
         """A synchronous client over this one (its calls run on a shared background event loop)."""

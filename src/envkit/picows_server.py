@@ -46,11 +46,11 @@ from picows.picows import _validate_upgrade_request   # the check picows applies
 from .app import HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, Features
 from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
-from .ws_handler import Refusal, SessionHandler, wants_text
+from .ws_handler import Refusal, SessionHandler
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
 
@@ -190,12 +190,12 @@ class MessageListener(WSListener):
 class SessionListener(MessageListener):
     """One session's connection: messages answered in order, the slot released once it has gone."""
 
-    def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int,
+    def __init__(self, handler: SessionHandler, env: Environment, features: Features, max_frame_bytes: int,
                  session_id: str | None = None) -> None:
         super().__init__(max_frame_bytes)
         self.handler = handler
         self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping, session_id=session_id)
-        self.with_text = with_text
+        self.features = features
         self.transport: WSTransport | None = None
         self.waiting: deque[bytes] = deque()   # messages that arrived while an earlier one was being answered
         self.answering: asyncio.Task[None] | None = None
@@ -261,7 +261,7 @@ class SessionListener(MessageListener):
             return
         if self.session.ended is not None:
             return
-        coro = self.handler.handle(self.session, raw, with_text=self.with_text)
+        coro = self.handler.handle(self.session, raw, features=self.features)
         finished, outcome = first_step(coro)
         if not finished:
             self.answering = asyncio.get_running_loop().create_task(self._answer_in_order(coro, outcome))
@@ -277,7 +277,7 @@ class SessionListener(MessageListener):
                     self._pace_reading()
                 if not self.waiting:
                     return
-                reply = await self.handler.handle(self.session, self.waiting.popleft(), with_text=self.with_text)
+                reply = await self.handler.handle(self.session, self.waiting.popleft(), features=self.features)
             self.waiting.clear()
             await self.session.end(CloseCode.NORMAL, "session closed")
         finally:
@@ -318,10 +318,10 @@ class WaitingListener(MessageListener):
     error frame and close code as the reply to its first message instead of at connect.
     """
 
-    def __init__(self, server: PicowsServer, with_text: bool, session_id: str) -> None:
+    def __init__(self, server: PicowsServer, features: Features, session_id: str) -> None:
         super().__init__(server.max_frame_bytes)
         self.server = server
-        self.with_text = with_text
+        self.features = features
         self.session_id = session_id
         self.transport: WSTransport | None = None
         self.early: list[bytes] = []
@@ -342,7 +342,7 @@ class WaitingListener(MessageListener):
         if self.gone:
             handler.pool.release()
             return
-        opened = self.server.new_session(self.with_text, self.session_id)
+        opened = self.server.new_session(self.features, self.session_id)
         if isinstance(opened, Refusal):
             send_refusal(self.transport, opened)  # type: ignore[arg-type]
             return
@@ -418,20 +418,20 @@ class PicowsServer:
             pool.metrics.bad_client_input("bad_handshake", str(error))
             body = orjson.dumps({"detail": f"{error}; /ws takes WebSocket connections only"})
             return _http(WSUpgradeResponse.create_error_response(400, body, _JSON))
-        with_text = wants_text(request.headers.get(FEATURES_HEADER, ""))
+        features = Features.parse(request.headers.get(FEATURES_HEADER, ""))
         if not pool.try_reserve():
             if pool.capacity_wait_s > 0 and not pool.shutting_down and pool.closing > pool.waiting_for_slots:
                 session_id = new_session_id()   # a slot is on its way back: wait for it (see WaitingListener)
                 response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: session_id})
-                return WSUpgradeResponseWithListener(response, WaitingListener(self, with_text, session_id))
+                return WSUpgradeResponseWithListener(response, WaitingListener(self, features, session_id))
             return _refused(self.handler.refusal())
-        opened = self.new_session(with_text)
+        opened = self.new_session(features)
         if isinstance(opened, Refusal):
             return _refused(opened)
         response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: opened.session.id})
         return WSUpgradeResponseWithListener(response, opened)
 
-    def new_session(self, with_text: bool, session_id: str | None = None) -> SessionListener | Refusal:
+    def new_session(self, features: Features, session_id: str | None = None) -> SessionListener | Refusal:
         """The session of a connection that holds a slot; if its environment cannot be built, the refusal
         (and the slot is given back)."""
         handler = self.handler
@@ -440,7 +440,7 @@ class PicowsServer:
         except Exception as error:
             handler.pool.release()
             return handler.factory_refusal(error)
-        listener = SessionListener(handler, env, with_text, self.max_frame_bytes, session_id)
+        listener = SessionListener(handler, env, features, self.max_frame_bytes, session_id)
         handler.pool.add(listener.session)
         return listener
 

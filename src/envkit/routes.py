@@ -51,6 +51,7 @@ class Documents:
             "ping_interval_s": pool.ping_interval_s,
             "ping_timeout_s": pool.ping_timeout_s,
             "tools": list(tools),
+            "metrics": [metric.describe() for metric in env_class.METRICS],
             **{key: value for key, value in metadata.items() if key != "version"},
         }
         return cls(pool, schema, description, {"tools": [spec.schema() for spec in tools.values()]})

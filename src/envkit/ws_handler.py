@@ -23,6 +23,7 @@ from .environment import Action, Environment, Observation
 from .protocol import (
     FEATURES_HEADER,
     REFUSED_HEADER,
+    Features,
     SESSION_ID_HEADER,
     CloseCode,
     ErrorCode,
@@ -38,7 +39,7 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "wants_text"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused"]
 
 
 class Refusal(NamedTuple):
@@ -56,11 +57,6 @@ class SessionRefused(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.reason)
         self.refusal = refusal
-
-
-def wants_text(features: str) -> bool:
-    """Whether the client's `x-envkit-features` handshake header asks for `"text"` in observation frames."""
-    return "text" in features.replace(" ", "").split(",")
 
 
 def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
@@ -91,6 +87,7 @@ class SessionHandler:
         self.reset_names, self.reset_bound_name = reset_parameters(env_class)
         self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
         self.inline_factory = env_class.RUN_INLINE
+        self.has_metrics = bool(env_class.METRICS)
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
@@ -112,14 +109,14 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
                 reply = await self.handle(session, raw if raw is not None else message.get("bytes") or b"",
-                                          with_text=with_text)
+                                          features=features)
                 if reply is None or session.ended is not None:
                     return
                 await websocket.send_text(reply)
@@ -183,19 +180,19 @@ class SessionHandler:
                                               f"could not create the environment: {type(error).__name__}: {error}"),
                        CloseCode.INTERNAL_ERROR, "environment factory failed")
 
-    async def handle(self, session: Session, raw: str | bytes, *, with_text: bool) -> str | None:
+    async def handle(self, session: Session, raw: str | bytes, *, features: Features) -> str | None:
         """`answer`, with the bookkeeping the idle reaper reads (busy while answering, last activity)."""
         session.busy = True
         try:
-            return await self.answer(session, raw, with_text=with_text)
+            return await self.answer(session, raw, features=features)
         finally:
             session.busy = False
             session.last_active = time.monotonic()
 
-    async def answer(self, session: Session, raw: str | bytes, *, with_text: bool = False) -> str | None:
+    async def answer(self, session: Session, raw: str | bytes, *, features: Features = Features()) -> str | None:
         """The reply frame to one client frame, or None when the client asked to close.
 
-        `with_text`: observation frames also carry `"text"` (the client asked for it in the handshake).
+        `features`: what the client asked for in the handshake (`"text"`, `"metrics"` in reply frames).
         Every frame is counted in the server's metrics by type, with the time its answer took.
         """
         metrics = self.pool.metrics
@@ -208,13 +205,13 @@ class SessionHandler:
                                  f"{self.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
-                return observation_frame(self._checked(await session.step(self._action(session, data)), "step"),
-                                         with_text=with_text)
+                observation = self._checked(await session.step(self._action(session, data)), "step")
+                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "call":
-                return await self._call(session, data)
+                return await self._call(session, data, features)
             if kind == "reset":
-                return observation_frame(self._checked(await session.reset(self._reset_kwargs(data)), "reset"),
-                                         with_text=with_text)
+                observation = self._checked(await session.reset(self._reset_kwargs(data)), "reset")
+                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "state":
                 return state_frame(await session.state())
             if kind == "close":
@@ -268,7 +265,13 @@ class SessionHandler:
                            "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
         return {key: value for key, value in data.items() if key not in ignored}
 
-    async def _call(self, session: Session, data: Any) -> str:
+    def _metrics(self, session: Session, features: Features) -> dict[str, Any] | None:
+        """The episode metrics for a client that asked for them, from an environment that declares some."""
+        if not (features.metrics and self.has_metrics):
+            return None
+        return dict(session.env.episode_metrics())
+
+    async def _call(self, session: Session, data: Any, features: Features) -> str:
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              'Invalid call: expected {"type": "call", "data": {"tool": name, "args": {...}}}')
@@ -282,7 +285,7 @@ class SessionHandler:
         if not isinstance(arguments, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR, f'Invalid call: "args" of {spec.name} must be a JSON object')
         result = await session.call_tool(spec, spec.validate_arguments(arguments))
-        return tool_result_frame(spec.name, result)
+        return tool_result_frame(spec.name, result, metrics=self._metrics(session, features))
 
     @staticmethod
     def _checked(observation: Any, method: str) -> Observation:

@@ -72,6 +72,11 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--num-episodes", type=int, default=None,
               help="Without --dataset: how many distinct episodes (seeds) the environments provide. [default: 64]")
 @click.option("--seed", type=int, default=None, help="[default: 0]")
+@click.option("--eval-games", type=int, default=None,
+              help="Before and after training, play this many games of each environment's test split greedily "
+                   "(as `envkit eval` does) and print both rows. [default: 0, none]")
+@click.option("--transcripts-per-step", type=int, default=None,
+              help="Episodes written to OUTPUT_DIR/transcripts.jsonl at each logging step. [default: 4]")
 @click.option("--report-to", type=click.Choice(["none", "trackio"]), default=None,
               help="Also log metrics to trackio. [default: none]")
 @click.option("--reconnect-timeout", type=float, default=None,
@@ -90,6 +95,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
       envkit train --env echo --env-url http://127.0.0.1:8001 --model ./my-model
       envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate --num-generations 16
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
+      envkit train --env wordle --eval-games 30
       envkit train --config train.yaml --max-steps 100
     """
     from ..train.settings import settings_from
