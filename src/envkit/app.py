@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .ors import OrsSurface
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
@@ -41,6 +42,8 @@ def create_app(
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+
+    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.ors`).
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -101,7 +104,10 @@ def create_app(
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
-    app.include_router(build_router(documents))
+    ors = OrsSurface(name, env_class, handler)
+    documents.metadata["ors"] = ors.metadata
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     app.add_api_websocket_route("/ws", handler)
     return app
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from .environment import Action, Environment, Observation, State
 from .sessions import SessionPool
@@ -60,8 +60,13 @@ class Documents:
         return {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
 
 
-def build_router(documents: Documents) -> APIRouter:
-    """FastAPI routes serving `documents`."""
+def build_router(documents: Documents,
+                 other_tool_listing: Callable[[Request], dict[str, Any] | None] | None = None) -> APIRouter:
+    """FastAPI routes serving `documents`.
+
+    `other_tool_listing`: asked first at `GET /tools`; a listing it returns (another protocol's shape, for a
+    request from that protocol's client) is the answer, None leaves the answer to envkit's listing.
+    """
     router = APIRouter()
 
     @router.get("/health")
@@ -80,8 +85,12 @@ def build_router(documents: Documents) -> APIRouter:
         return documents.metadata
 
     @router.get("/tools")
-    async def get_tools() -> dict[str, Any]:
+    async def get_tools(request: Request) -> dict[str, Any]:
         """The tools an agent may call, as function-calling JSON schemas."""
+        if other_tool_listing is not None:
+            listing = other_tool_listing(request)
+            if listing is not None:
+                return listing
         return documents.tools
 
     return router
