@@ -320,3 +320,12 @@ def test_secrets_are_never_logged(url: str, caplog: pytest.LogCaptureFixture) ->
                           json={"task_spec": {"topic": "explode"}})
         assert reply.status_code == 400
     assert marker not in caplog.text and base64.b64encode(secrets).decode() not in caplog.text
+
+
+def test_picows_transport_says_it_does_not_serve_ors() -> None:
+    pytest.importorskip("picows")
+    with running_server(notes_app(max_concurrent_envs=2), transport="picows") as url, httpx.Client(base_url=url) as http:
+        assert http.get("/metadata").json()["ors"]["served"] is False
+        assert "--transport uvicorn" in http.get("/metadata").json()["ors"]["why"]
+        assert http.post("/create_session").status_code >= 400 and http.get("/splits").status_code == 404
+        assert http.get("/tools", headers={"X-Deployment": "notes"}).json()["tools"][0]["type"] == "function"
