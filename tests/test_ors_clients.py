@@ -14,14 +14,17 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 import venv
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
 
 from envkit.serving import resolve_target
-from envkit.testing import ServedProcess
+from envkit.ors_client import is_ors_server
+from envkit.testing import ServedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PEER = Path(__file__).resolve().parent / "openreward_peer"
@@ -116,3 +119,47 @@ def test_trl_openreward_spec_trains_grpo_on_envkit_wordle(openreward_python: str
     assert report["steps"] == 3 and report["batches"] == 3 and report["calls_replayed"] > 0
     assert report["mismatches"] == []
     assert report["finite"] and report["logged_rewards"] == pytest.approx(report["expected_rewards"])
+
+
+@pytest.fixture
+def sdk_echo_server(openreward_python: str) -> Iterator[str]:
+    """The echo environment of tests/openreward_peer/echo_server.py, served by the openreward SDK's own Server."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([openreward_python, str(PEER / "echo_server.py"), str(port)], env=peer_env(url))
+    try:
+        deadline = time.monotonic() + 60
+        while not is_ors_server(url, timeout=1):
+            assert process.poll() is None and time.monotonic() < deadline, "the openreward echo server did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def test_envkit_train_runs_grpo_steps_against_an_openreward_sdk_server(sdk_echo_server: str, tmp_path: Path) -> None:
+    """`envkit train --env-url URL` finds out that URL speaks ORS (no --protocol) and trains 3 steps on its tasks."""
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "train", "--env-url", sdk_echo_server, "--max-steps",
+                           "3", "--batch-size", "8", "--num-generations", "4", "--output-dir", str(tmp_path), "-q",
+                           "--json"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 3 and summary["episodes"] == 24 and summary["lost"] == 0
+    assert summary["tool_calls"] > 0 and "echoenv_reward" in summary["end"]
+    # Every reward is one the echo environment gives: 1.0 for the target word, else 0.0 (per episode, at most one hit).
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(0.0 <= row["reward"] <= 1.0 for row in rows if "reward" in row)
+
+
+def test_protocol_is_found_out_and_bad_input_from_envkit_train_is_a_clear_error(sdk_echo_server: str,
+                                                                               tmp_path: Path) -> None:
+    from envkit.train.runner import _protocol
+
+    assert _protocol(sdk_echo_server, "auto") == "ors"
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "train", "--env-url", sdk_echo_server, "--split",
+                           "dev", "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and "echoenv at" in done.stderr and "has no split 'dev'; its splits: train, test" \
+        in done.stderr and "Traceback" not in done.stderr
