@@ -31,7 +31,7 @@ class NoteObservation(Observation):
 
 
 class NotesEnvironment(Environment[NoteAction, NoteObservation, State]):
-    """Notes for tests: a task names a topic; tools write, wait, shout and fail."""
+    """Notes for tests: a task names a topic; tools write, wait, shout and wreck (raises)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = False
@@ -40,7 +40,7 @@ class NotesEnvironment(Environment[NoteAction, NoteObservation, State]):
 
     @classmethod
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
-        return f"Write about {task['topic']}."
+        return f"Write about {task.get('topic', 'anything')}."
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, topic: str = "",
               **kwargs: Any) -> NoteObservation:
@@ -87,7 +87,7 @@ class NotesEnvironment(Environment[NoteAction, NoteObservation, State]):
         return "".join(f"word {i} and more " for i in range(times))
 
     @tool
-    def fail(self) -> str:
+    def wreck(self) -> str:
         """Always raises."""
         raise RuntimeError("the tool broke")
 
@@ -166,7 +166,7 @@ def test_catalogue_bare_and_under_the_name(url: str) -> None:
         assert http.get("/list_environments").json() == ["notes"]
         assert http.get("/version").json()["server"] == "envkit"
         ors_listing = http.get("/notes/tools").json()
-        assert sorted(t["name"] for t in ors_listing["tools"]) == ["fail", "shout", "wait", "write"]
+        assert sorted(t["name"] for t in ors_listing["tools"]) == ["shout", "wait", "wreck", "write"]
         assert {t["name"]: t for t in ors_listing["tools"]}["write"]["input_schema"]["required"] == ["text"]
         # Bare GET /tools: envkit's listing for envkit's clients, the ORS listing for an ORS client's request.
         assert http.get("/tools").json()["tools"][0]["type"] == "function"
@@ -240,7 +240,7 @@ def test_bad_input_gets_the_ors_error_shape_and_sessions_carry_on(url: str) -> N
         assert wrong["reason"] == "input_validation" and wrong["error"].startswith("Tool input validation error")
         assert call(http, sid, "write", input="x")["reason"] == "bad_input_shape"
         refused(http.post("/call", headers=headers, json={"input": {}}), 400, "bad_input_shape")
-        broke = call(http, sid, "fail", input={})
+        broke = call(http, sid, "wreck", input={})
         assert broke["reason"] == "execution_error" and "the tool broke" in broke["error"]
         refused(http.post("/call", headers=headers, json={"task_id": "never-issued"}), 404, "not_found")
         # After all that, the session still plays, and so does a WebSocket session beside it.
@@ -329,3 +329,29 @@ def test_picows_transport_says_it_does_not_serve_ors() -> None:
         assert "--transport uvicorn" in http.get("/metadata").json()["ors"]["why"]
         assert http.post("/create_session").status_code >= 400 and http.get("/splits").status_code == 404
         assert http.get("/tools", headers={"X-Deployment": "notes"}).json()["tools"][0]["type"] == "function"
+
+
+def test_validate_checks_the_ors_routes_and_warns_where_they_are_missing() -> None:
+    import asyncio
+
+    from envkit.validate import validate_url
+
+    class Untasked(NotesEnvironment):
+        TASKS = {}
+
+    with running_server(notes_app(max_concurrent_envs=4)) as url:
+        report = asyncio.run(validate_url(url))
+    statuses = {check.name: check.status for check in report.checks}
+    assert report.ok and all(statuses[name] == "ok" for name in ("ors catalogue", "ors tools", "ors session",
+                                                                  "ors delete", "ors refusals"))
+    untasked = create_app(Untasked, NoteAction, NoteObservation, env_name="untasked", max_concurrent_envs=4)
+    with running_server(untasked) as url:
+        report = asyncio.run(validate_url(url))
+    checks = {check.name: check for check in report.checks}
+    assert report.ok and checks["ors catalogue"].status == "warn" and "TASKS" in checks["ors catalogue"].detail
+    assert checks["ors session"].status == "ok" and "empty task spec" in checks["ors session"].detail
+    pytest.importorskip("picows")
+    with running_server(notes_app(max_concurrent_envs=4), transport="picows") as url:
+        report = asyncio.run(validate_url(url))
+    checks = {check.name: check for check in report.checks}
+    assert report.ok and checks["ors"].status == "warn" and "--transport uvicorn" in checks["ors"].detail

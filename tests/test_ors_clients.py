@@ -163,3 +163,13 @@ def test_protocol_is_found_out_and_bad_input_from_envkit_train_is_a_clear_error(
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2 and "echoenv at" in done.stderr and "has no split 'dev'; its splits: train, test" \
         in done.stderr and "Traceback" not in done.stderr
+
+
+def test_envkit_validate_checks_an_openreward_sdk_server(sdk_echo_server: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "validate", sdk_echo_server, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert [check["name"] for check in report["checks"]] == ["ors catalogue", "ors tools", "ors session", "ors call",
+                                                             "ors delete", "ors refusals"]
+    assert {check["status"] for check in report["checks"]} == {"ok"}

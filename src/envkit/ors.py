@@ -27,6 +27,7 @@ logged: envkit environments take no secrets.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -46,6 +47,8 @@ from .protocol import CloseCode, FrameError, tool_result_payload
 from .sessions import Session, new_session_id
 from .tools import ToolSpec
 from .ws_handler import SessionHandler, SessionRefused
+
+logger = logging.getLogger("envkit.server")
 
 __all__ = ["OrsSurface", "OrsError", "PING_INTERVAL_S", "CHUNK_CHARS", "SESSION_HEADER"]
 
@@ -197,15 +200,16 @@ class OrsSurface:
                     first = await session.reset(self.handler.reset_kwargs(task))
                 if not isinstance(first, Observation):
                     raise TypeError(f"reset() returned {type(first).__name__}, expected an Observation")
+                parts = (self.env_class.task_prompt(task), first.as_text())
+                prompt = "\n\n".join(part.strip() for part in parts if part)
             except Exception as error:
                 await session.end(CloseCode.NORMAL, "the task could not be started")
                 if isinstance(error, FrameError):
                     raise OrsError(400, "input_validation", error.message) from None
-                raise OrsError(400, "input_validation", f"the environment could not start this task: reset("
-                               f"{_arguments(task)}) raised {type(error).__name__}: {error}") from None
+                raise OrsError(400, "input_validation", f"the environment could not start this task ("
+                               f"{_arguments(task)}): {type(error).__name__}: {error}") from None
         finally:
             self._creating.discard(sid)
-        prompt = "\n\n".join(part.strip() for part in (self.env_class.task_prompt(task), first.as_text()) if part)
         self._episodes[session] = Episode(task, prompt, finished=first.done)
         return {"sid": sid}
 
@@ -345,12 +349,16 @@ class OrsSurface:
 
 
 def _answering(endpoint: Any) -> Any:
-    """Wrap a route so that `OrsError` becomes its JSON answer."""
+    """Wrap a route so that `OrsError` becomes its JSON answer, and environment code that raised (a task list, a
+    task prompt) a 500 in the ORS shape that names the error, with the traceback in the server's log."""
     async def route(request: Request) -> Any:
         try:
             return await endpoint(request)
         except OrsError as error:
             return error.response()
+        except Exception as error:
+            logger.exception("ORS %s failed", request.url.path)
+            return OrsError(500, "environment_error", f"{type(error).__name__}: {error}").response()
     route.__name__ = f"ors_{endpoint.__name__}"
     route.__doc__ = endpoint.__doc__
     return route
