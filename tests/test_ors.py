@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Iterator
 
 import httpx
@@ -37,6 +38,7 @@ class NotesEnvironment(Environment[NoteAction, NoteObservation, State]):
     RUN_INLINE = False
     TASKS = {"train": tuple({"topic": f"topic {i}"} for i in range(5)), "test": ({"topic": "held out"},)}
     written: list[str] = []
+    live: weakref.WeakSet[NotesEnvironment] = weakref.WeakSet()
 
     @classmethod
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
@@ -47,6 +49,7 @@ class NotesEnvironment(Environment[NoteAction, NoteObservation, State]):
         if topic == "explode":
             raise ValueError("no such topic")
         self.topic, self.count = topic, 0
+        type(self).live.add(self)
         return NoteObservation(note=f"Notebook open on {topic}.")
 
     def step(self, action: NoteAction) -> NoteObservation:
@@ -119,6 +122,16 @@ def sse(response: httpx.Response) -> list[tuple[str, str]]:
             elif field == "data":
                 data.append(value.lstrip())
     return events
+
+
+def settled_sessions(http: httpx.Client) -> int:
+    """Open sessions once closing ones have finished closing (bounded wait)."""
+    for _ in range(100):
+        active = http.get("/health").json()["active_sessions"]
+        if active <= 1:
+            break
+        time.sleep(0.02)
+    return active
 
 
 def result(events: list[tuple[str, str]]) -> dict[str, Any]:
@@ -248,7 +261,7 @@ def test_bad_input_gets_the_ors_error_shape_and_sessions_carry_on(url: str) -> N
         with EnvClient(url).sync() as env:
             env.reset(topic="ws")
             assert env.call("write", text="hi").reward == 2.0
-        assert http.get("/health").json()["active_sessions"] == 1
+        assert settled_sessions(http) == 1
 
 
 def test_slow_call_pings_long_result_chunks_and_a_repeated_task_id_replays(
@@ -271,6 +284,24 @@ def test_slow_call_pings_long_result_chunks_and_a_repeated_task_id_replays(
         again = sse(http.post("/call", headers=headers, json={"name": "write", "input": {"text": "once"},
                                                               "task_id": task_id}))
         assert again == first and len(NotesEnvironment.written) == before + 1   # replayed, not run again
+
+
+def test_a_deleted_session_leaves_nothing_behind(url: str) -> None:
+    """Its environment (and its calls' results) can be freed once the session is gone."""
+    import gc
+
+    with httpx.Client(base_url=url) as http:
+        sids = [open_session(http) for _ in range(3)]
+        for sid in sids:
+            for text in ("a", "b"):
+                call(http, sid, "write", input={"text": text})
+            http.post("/delete", headers={"X-Session-ID": sid})
+        for _ in range(20):
+            gc.collect()
+            if not NotesEnvironment.live:
+                break
+            time.sleep(0.05)
+    assert not NotesEnvironment.live
 
 
 def test_ors_sessions_share_the_pool_with_ws_and_capacity_answers_503() -> None:

@@ -82,13 +82,25 @@ class OrsError(Exception):
 
 
 @dataclass
-class Episode:
-    """What an ORS session keeps beside its environment: the task, its prompt and the calls made."""
+class OrsEpisode:
+    """What an ORS session keeps beside its environment: the task, its prompt and its recent calls by `task_id`
+    (running: the task; finished: the result text, which holds no reference to the session)."""
 
     task: dict[str, Any]
     prompt: str
     finished: bool = False
-    calls: OrderedDict[str, asyncio.Task[str]] = field(default_factory=OrderedDict)
+    calls: OrderedDict[str, asyncio.Task[str] | str] = field(default_factory=OrderedDict)
+
+    def remember(self, task_id: str, running: asyncio.Task[str]) -> None:
+        """Keep a call for replay; once it finishes only its result is kept."""
+        self.calls[task_id] = running
+        while len(self.calls) > KEPT_RESULTS:
+            self.calls.popitem(last=False)
+
+        def finished(done: asyncio.Task[str]) -> None:
+            if task_id in self.calls:
+                self.calls[task_id] = _outcome(done)
+        running.add_done_callback(finished)
 
 
 class OrsSurface:
@@ -99,7 +111,7 @@ class OrsSurface:
         self.env_class = env_class
         self.handler = handler
         self.pool = handler.pool
-        self._episodes: WeakKeyDictionary[Session, Episode] = WeakKeyDictionary()
+        self._episodes: WeakKeyDictionary[Session, OrsEpisode] = WeakKeyDictionary()
         self._creating: set[str] = set()
         self.tools_listing = {
             "tools": [_tool_spec(spec) for spec in handler.tools.values()],
@@ -210,7 +222,7 @@ class OrsSurface:
                                f"{_arguments(task)}): {type(error).__name__}: {error}") from None
         finally:
             self._creating.discard(sid)
-        self._episodes[session] = Episode(task, prompt, finished=first.done)
+        self._episodes[session] = OrsEpisode(task, prompt, finished=first.done)
         return {"sid": sid}
 
     async def delete(self, request: Request) -> dict[str, Any]:
@@ -218,7 +230,8 @@ class OrsSurface:
         sid = _session_id(request)
         session = self.pool.get(sid)
         if session is not None:
-            await session.end(CloseCode.NORMAL, "deleted by the client")
+            async with session.in_use():   # a call still running finishes first
+                await session.end(CloseCode.NORMAL, "deleted by the client")
         return {"sid": sid}
 
     async def delete_session(self, request: Request) -> dict[str, Any]:
@@ -257,12 +270,10 @@ class OrsSurface:
             raise OrsError(400, "bad_input_shape", 'expected {"name": tool, "input": {...}}')
         task_id = new_session_id()
         running = asyncio.get_running_loop().create_task(self._run_call(session, episode, name, arguments))
-        episode.calls[task_id] = running
-        while len(episode.calls) > KEPT_RESULTS:
-            episode.calls.popitem(last=False)
+        episode.remember(task_id, running)
         return _sse(self._stream(task_id, running))
 
-    async def _run_call(self, session: Session, episode: Episode, name: str, arguments: Any) -> str:
+    async def _run_call(self, session: Session, episode: OrsEpisode, name: str, arguments: Any) -> str:
         """One tool call, as the JSON text of the ORS result (`ok` true with the output, or false with why)."""
         spec = self.handler.tools.get(name)
         if spec is None:
@@ -291,17 +302,16 @@ class OrsSurface:
                   "reward": payload["reward"], "finished": episode.finished}
         return orjson.dumps({"ok": True, "output": output}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
-    async def _stream(self, task_id: str, running: asyncio.Task[str]) -> AsyncIterator[str]:
+    async def _stream(self, task_id: str, running: asyncio.Task[str] | str) -> AsyncIterator[str]:
+        """The SSE body of a call: its task_id, a ping comment while it runs, then its result in chunks."""
         yield _event("task_id", task_id)
-        while not running.done():
-            finished, _ = await asyncio.wait({running}, timeout=PING_INTERVAL_S)
-            if not finished:
-                yield ": ping\n\n"
-        if running.cancelled() or running.exception() is not None:
-            result = _failure("session_ended", "the call was interrupted: the server is shutting down")
-        else:
-            result = running.result()
-        pieces = _chunks(result)
+        if not isinstance(running, str):
+            while not running.done():
+                finished, _ = await asyncio.wait({running}, timeout=PING_INTERVAL_S)
+                if not finished:
+                    yield ": ping\n\n"
+            running = _outcome(running)
+        pieces = _chunks(running)
         for index, piece in enumerate(pieces):
             yield _event("end" if index == len(pieces) - 1 else "chunk", piece)
 
@@ -331,7 +341,7 @@ class OrsSurface:
             return dict(spec)
         return self._task(_text(body, "split"), _integer(body, "index"))
 
-    def _session(self, request: Request) -> tuple[Session, Episode]:
+    def _session(self, request: Request) -> tuple[Session, OrsEpisode]:
         sid = _session_id(request)
         session = self.pool.get(sid)
         episode = self._episodes.get(session) if session is not None else None
@@ -362,6 +372,13 @@ def _answering(endpoint: Any) -> Any:
     route.__name__ = f"ors_{endpoint.__name__}"
     route.__doc__ = endpoint.__doc__
     return route
+
+
+def _outcome(done: asyncio.Task[str]) -> str:
+    """The result text of a finished call task (it catches everything but cancellation, at shutdown)."""
+    if done.cancelled() or done.exception() is not None:
+        return _failure("session_ended", "the call was interrupted: the server is shutting down")
+    return done.result()
 
 
 def _refusal_error(refused: SessionRefused) -> OrsError:
