@@ -260,6 +260,9 @@ def test_bad_input_gets_the_ors_error_shape_and_sessions_carry_on(url: str) -> N
         assert call(http, sid, "write", input={"text": "ok"})["output"]["reward"] == 2.0
         with EnvClient(url).sync() as env:
             env.reset(topic="ws")
+            # A WebSocket session's id is no ORS session: ORS routes neither serve nor delete it.
+            refused(http.get("/prompt", headers={"X-Session-ID": env.session_id}), 404, "not_found")
+            http.post("/delete", headers={"X-Session-ID": env.session_id})
             assert env.call("write", text="hi").reward == 2.0
         assert settled_sessions(http) == 1
 

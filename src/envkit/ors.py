@@ -191,16 +191,16 @@ class OrsSurface:
     async def create(self, request: Request) -> dict[str, Any]:
         """Open a session for one task: a pool slot, a fresh environment, reset with the task's arguments."""
         sid = _session_id(request)
+        body = await _body(request)
         if self.pool.get(sid) is not None or sid in self._creating:
             raise OrsError(409, "input_validation", f"session {sid} already exists; call /create once per session")
         self._gone_if_ended(sid)
-        body = await _body(request)
         env_name = body.get("env_name")
         if env_name is not None and str(env_name).lower() != self.name:
             raise OrsError(404, "not_found", f"unknown environment {env_name!r}; this server serves {self.name!r}")
         if body.get("toolset_name") is not None:
             raise OrsError(400, "input_validation", "envkit servers have no built-in toolsets; leave toolset out")
-        task = self._requested_task(body)
+        task = self._requested_task(body)   # no await from the check above to here: one /create per id wins
         self._creating.add(sid)
         try:
             try:
@@ -229,7 +229,7 @@ class OrsSurface:
         """End the session and close its environment; deleting one that is gone is not an error."""
         sid = _session_id(request)
         session = self.pool.get(sid)
-        if session is not None:
+        if session is not None and session in self._episodes:   # an ORS session; never a /ws one
             async with session.in_use():   # a call still running finishes first
                 await session.end(CloseCode.NORMAL, "deleted by the client")
         return {"sid": sid}
