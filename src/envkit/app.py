@@ -12,17 +12,20 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .metrics import ServerMetrics
 from .ors import OrsSurface
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
+#: Seconds a connection may take to send its request head (the WebSocket handshake) on either transport.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def create_app(
@@ -89,8 +92,9 @@ def create_app(
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
         raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
                                  f"{ping_interval_s} and {ping_timeout_s}")
+    metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s)
+                       ping_timeout_s, metrics)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
 
     @contextlib.asynccontextmanager
@@ -104,6 +108,7 @@ def create_app(
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
+    app.state.envkit_metrics = metrics
     ors = OrsSurface(name, env_class, handler)
     documents.metadata["ors"] = ors.metadata
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))

@@ -1,4 +1,4 @@
-"""HTTP routes beside the WebSocket: health, schemas, metadata and the tool listing.
+"""HTTP routes beside the WebSocket: health, schemas, metadata, the tool listing and metrics.
 
 `Documents` builds the JSON documents once; the FastAPI router here and the picows transport
 (`picows_server`) both serve them.
@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from .environment import Action, Environment, Observation, State
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .sessions import SessionPool
 from .tools import ToolSpec
 
-__all__ = ["Documents", "build_router"]
+__all__ = ["Documents", "build_router", "METRICS_CONTENT_TYPE"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class Documents:
         status = "shutting_down" if pool.shutting_down else "healthy"
         return {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
 
+    def metrics(self) -> str:
+        """The server's counters in the Prometheus text format (served with `METRICS_CONTENT_TYPE`)."""
+        return self.pool.metrics.render(self.pool)
+
 
 def build_router(documents: Documents,
                  other_tool_listing: Callable[[Request], dict[str, Any] | None] | None = None) -> APIRouter:
@@ -92,6 +98,11 @@ def build_router(documents: Documents,
             if listing is not None:
                 return listing
         return documents.tools
+
+    @router.get("/metrics", response_class=Response)
+    async def get_metrics() -> Response:
+        """Counters for Prometheus: sessions, refusals, bad client input, frames and their latency."""
+        return Response(documents.metrics(), media_type=METRICS_CONTENT_TYPE)
 
     return router
 

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .environment import Action, Environment, Observation
 from .protocol import (
@@ -63,15 +63,19 @@ def wants_text(features: str) -> bool:
     return "text" in features.replace(" ", "").split(",")
 
 
-def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
-    """Names `reset` accepts, or None when it takes `**kwargs` (then every key is passed on)."""
+def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
+    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
+    name of its bound first parameter (`self`), which no keyword can reach."""
     method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+    parameters = list(inspect.signature(method).parameters.values())
+    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
     names = set()
-    for param in list(inspect.signature(method).parameters.values())[1:]:
+    for param in parameters[1:]:
         if param.kind is param.VAR_KEYWORD:
-            return None
-        names.add(param.name)
-    return frozenset(names)
+            return None, bound
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    return frozenset(names), bound
 
 
 class SessionHandler:
@@ -84,7 +88,7 @@ class SessionHandler:
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
-        self.reset_names = reset_parameters(env_class)
+        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
         self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
         self.inline_factory = env_class.RUN_INLINE
 
@@ -119,6 +123,8 @@ class SessionHandler:
                 if reply is None or session.ended is not None:
                     return
                 await websocket.send_text(reply)
+        except WebSocketDisconnect:   # the client went away while its reply was being sent: nothing to log
+            return
         finally:
             try:
                 if session is not None:
@@ -160,19 +166,21 @@ class SessionHandler:
         """Why a connection that found no free slot is refused: shutdown or capacity."""
         pool = self.pool
         if pool.shutting_down:
+            pool.metrics.refused("shutdown")
             return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED,
                                                    "server is shutting down; connect to another server",
                                                    active_sessions=pool.active, max_sessions=pool.max_sessions),
                            CloseCode.SHUTDOWN, "server shutting down")
         message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
+        pool.metrics.refused("capacity", message)
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
 
-    @staticmethod
-    def factory_refusal(error: Exception) -> Refusal:
+    def factory_refusal(self, error: Exception) -> Refusal:
         """The refusal of a connection whose environment could not be built (logs the traceback)."""
         logger.error("environment factory failed", exc_info=error)
+        self.pool.metrics.refused("factory", log=False)
         return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR,
                                               f"could not create the environment: {type(error).__name__}: {error}"),
                        CloseCode.INTERNAL_ERROR, "environment factory failed")
@@ -190,11 +198,16 @@ class SessionHandler:
         """The reply frame to one client frame, or None when the client asked to close.
 
         `with_text`: observation frames also carry `"text"` (the client asked for it in the handshake).
+        Every frame is counted in the server's metrics by type, with the time its answer took.
         """
-        if len(raw) > self.max_message_bytes:
-            return error_frame(ErrorCode.MESSAGE_TOO_BIG, f"message of {len(raw)} bytes exceeds the server's limit of "
-                               f"{self.max_message_bytes} bytes; send smaller actions")
+        metrics = self.pool.metrics
+        started = time.perf_counter()
+        kind = "invalid"
         try:
+            size = len(raw) if isinstance(raw, bytes) or raw.isascii() else len(raw.encode())   # the limit is in bytes
+            if size > self.max_message_bytes:
+                raise FrameError(ErrorCode.MESSAGE_TOO_BIG, f"message of {size} bytes exceeds the server's limit of "
+                                 f"{self.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
                 return observation_frame(self._checked(await session.step(self._action(session, data)), "step"),
@@ -211,13 +224,24 @@ class SessionHandler:
             raise FrameError(ErrorCode.UNKNOWN_TYPE,
                              f"Unknown message type: {kind}; expected reset, step, state, call or close")
         except FrameError as error:
-            return error_frame(error.code, error.message)
+            return self._client_error(error.code, error.message)
         except ValidationError as error:
-            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
-                               errors=error.errors(include_url=False, include_context=False, include_input=False))
+            return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
+                                      errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
-            logger.info("environment raised in session %s: %r", session.id, error)
+            # at most a line a minute: a client can make an environment raise on every frame it sends
+            metrics.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session.id, error)
+            metrics.error_reply(ErrorCode.EXECUTION_ERROR)
             return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
+        finally:
+            metrics.answered(kind, time.perf_counter() - started)
+
+    def _client_error(self, code: str, message: str, **details: Any) -> str:
+        """The error frame for a client's mistake, counted as bad input (and logged at most once a minute per code)."""
+        metrics = self.pool.metrics
+        metrics.error_reply(code)
+        metrics.bad_client_input(code.lower(), message)
+        return error_frame(code, message, **details)
 
     def _action(self, session: Session, data: Any) -> Action:
         if not session.has_reset:
@@ -235,14 +259,18 @@ class SessionHandler:
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
         if self.reset_names is None:
-            return data
-        ignored = frozenset(data) - self.reset_names
+            if self.reset_bound_name not in data:
+                return data
+            ignored = frozenset((self.reset_bound_name,))
+        else:
+            ignored = frozenset(data) - self.reset_names
         if ignored and ignored not in self._ignored_reset_names:
             self._ignored_reset_names.add(ignored)
-            logger.warning("reset ignores %s: the environment's reset() takes only %s (as OpenEnv servers do, "
-                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)),
-                           ", ".join(sorted(self.reset_names)) or "no arguments")
-        return {key: value for key, value in data.items() if key in self.reset_names}
+            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
+                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
+            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
+                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
+        return {key: value for key, value in data.items() if key not in ignored}
 
     async def _call(self, session: Session, data: Any) -> str:
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
