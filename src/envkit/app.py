@@ -14,6 +14,7 @@ from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
 from .episode_metrics import check_metrics
 from .metrics import ServerMetrics
+from .ors import OrsSurface
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
@@ -45,6 +46,8 @@ def create_app(
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+
+    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.ors`).
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -108,7 +111,10 @@ def create_app(
     app.documents = documents
     app.state.envkit_pool = pool
     app.state.envkit_metrics = metrics
-    app.include_router(build_router(documents))
+    ors = OrsSurface(name, env_class, handler)
+    documents.metadata["ors"] = ors.metadata
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     app.add_api_websocket_route("/ws", handler)
     return app
 

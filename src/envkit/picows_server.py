@@ -7,9 +7,9 @@ is the machinery underneath: frames arrive in picows callbacks, and a frame of a
 environment is answered inside its callback, with no task per connection or per message (keepalive
 pings come from the session pool's one sweep over all sessions).
 
-Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served over
-HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
-loop for every environment (the handshake's headers depend on it), so an environment whose
+Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served
+over HTTP (no `/docs`, no middleware, no Open Reward Standard routes: `/metadata` says so), and the
+environment factory runs in the handshake on the event loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
 follow the handshake; one refused after such a wait hears it in reply to its first message.
@@ -376,6 +376,11 @@ class WaitingListener(MessageListener):
             self.session_listener.on_ws_disconnected(transport)
 
 
+#: What `/metadata` says about the Open Reward Standard here.
+ORS_NOT_SERVED = {"served": False, "why": "the picows transport serves /ws and the JSON documents only; serve with "
+                  "--transport uvicorn (the default) for the Open Reward Standard routes"}
+
+
 class PicowsServer:
     """Serves an app made by `create_app` with picows: `/ws` and the HTTP documents on one port."""
 
@@ -387,7 +392,7 @@ class PicowsServer:
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         self.server: asyncio.Server | None = None
 

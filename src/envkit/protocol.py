@@ -26,8 +26,8 @@ from .environment import Observation
 
 __all__ = [
     "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason",
-    "FrameError",
-    "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
+    "FrameError", "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
+    "tool_result_payload", "tool_result_frame",
 ]
 
 SESSION_ID_HEADER = "x-envkit-session-id"
@@ -162,13 +162,20 @@ def error_frame(code: str, message: str, **details: Any) -> str:
     return encode({"type": "error", "data": {"message": message, "code": code, **details}})
 
 
-def tool_result_frame(tool: str, result: str | Observation, *, metrics: dict[str, Any] | None = None) -> str:
+def tool_result_payload(tool: str, result: str | Observation) -> dict[str, Any]:
+    """What a tool returned, as every surface reports it: `result` (the text an agent reads), and
+    `observation`, `reward` and `done` when the tool returned an `Observation` (None otherwise)."""
     data: dict[str, Any] = {"tool": tool}
     if isinstance(result, Observation):
         data.update(observation_payload(result))
         data["result"] = result.as_text()
     else:
         data.update(result=str(result), observation=None, reward=None, done=None)
+    return data
+
+
+def tool_result_frame(tool: str, result: str | Observation, *, metrics: dict[str, Any] | None = None) -> str:
+    data = tool_result_payload(tool, result)
     if metrics is not None:
         data["metrics"] = metrics
     return encode({"type": "tool_result", "data": data})

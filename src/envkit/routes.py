@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from .environment import Action, Environment, Observation, State
@@ -67,8 +67,13 @@ class Documents:
         return self.pool.metrics.render(self.pool)
 
 
-def build_router(documents: Documents) -> APIRouter:
-    """FastAPI routes serving `documents`."""
+def build_router(documents: Documents,
+                 other_tool_listing: Callable[[Request], dict[str, Any] | None] | None = None) -> APIRouter:
+    """FastAPI routes serving `documents`.
+
+    `other_tool_listing`: asked first at `GET /tools`; a listing it returns (another protocol's shape, for a
+    request from that protocol's client) is the answer, None leaves the answer to envkit's listing.
+    """
     router = APIRouter()
 
     @router.get("/health")
@@ -87,8 +92,12 @@ def build_router(documents: Documents) -> APIRouter:
         return documents.metadata
 
     @router.get("/tools")
-    async def get_tools() -> dict[str, Any]:
+    async def get_tools(request: Request) -> dict[str, Any]:
         """The tools an agent may call, as function-calling JSON schemas."""
+        if other_tool_listing is not None:
+            listing = other_tool_listing(request)
+            if listing is not None:
+                return listing
         return documents.tools
 
     @router.get("/metrics", response_class=Response)

@@ -131,10 +131,12 @@ class SessionHandler:
 
     # -- transport-neutral parts, shared by every transport ----------------------------------
 
-    async def open_detached(self) -> Session:
+    async def open_detached(self, session_id: str | None = None) -> Session:
         """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.
 
         The session gives its slot back when it ends (explicitly, by the idle reaper or at shutdown).
+        `session_id`: an id the surface's client chose (default: a fresh one); the caller makes sure no
+        open session has it.
 
         Raises:
             SessionRefused: at capacity, during shutdown, or when the environment could not be built.
@@ -149,7 +151,7 @@ class SessionHandler:
             if isinstance(error, Exception):
                 raise SessionRefused(self.factory_refusal(error)) from error
             raise
-        session = Session(pool, env, None, owns_slot=True)
+        session = Session(pool, env, None, session_id=session_id, owns_slot=True)
         pool.add(session)
         return session
 
@@ -210,7 +212,7 @@ class SessionHandler:
             if kind == "call":
                 return await self._call(session, data, features)
             if kind == "reset":
-                observation = self._checked(await session.reset(self._reset_kwargs(data)), "reset")
+                observation = self._checked(await session.reset(self.reset_kwargs(data)), "reset")
                 return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "state":
                 return state_frame(await session.state())
@@ -246,7 +248,9 @@ class SessionHandler:
                              f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
         return self.action_cls.model_validate(data)
 
-    def _reset_kwargs(self, data: Any) -> dict[str, Any]:
+    def reset_kwargs(self, data: Any) -> dict[str, Any]:
+        """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
+        once); raises `FrameError` when `data` is not a JSON object."""
         if data is None:
             return {}
         if not isinstance(data, dict):

@@ -31,12 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
-from ..client import EnvClient, SyncEnvClient
+from ..client import EnvClient
 from ..errors import CapacityError, EnvConnectionError, EnvError, SessionLostError
 from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
 
-__all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "environment_factory", "tool_names"]
+__all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "make_class", "environment_factory", "tool_names"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -135,7 +135,7 @@ class ServedEnvironment:
 
     def __init__(self) -> None:
         self.episode: Episode | None = None
-        self._client: SyncEnvClient | None = None
+        self._client: Any = None
         type(self)._instances.add(self)
 
     def reset(self, **row: Any) -> str:
@@ -163,7 +163,7 @@ class ServedEnvironment:
         deadline = time.monotonic() + self.reconnect_timeout
         dropped = 0
         while True:
-            self._client = EnvClient(self.url, **self._client_options).sync()
+            self._client = self._connect()
             try:
                 return self._client.reset(**kwargs)
             except CapacityError as error:
@@ -183,6 +183,10 @@ class ServedEnvironment:
                 logger.warning("%s: server at %s unreachable; retrying until it answers (up to %.0fs more)",
                                self.env_name, self.url, deadline - time.monotonic())
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _connect(self) -> Any:
+        """A client for one episode's session (`reset`, `call`, `close`, `session_id`)."""
+        return EnvClient(self.url, **self._client_options).sync()
 
     def _call(self, tool: str, arguments: dict[str, Any]) -> str:
         """One tool call over this episode's session; every refusal is a ValueError, which TRL shows the model."""
@@ -361,27 +365,35 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
     metadata = probe.metadata()
     listing = probe.tools()
     env_name = name or str(metadata.get("name") or "env")
+    return make_class(ServedEnvironment, env_name, url, listing, metadata=metadata, tally=tally,
+                      check_schemas=check_schemas,
+                      component_names=tuple(_reported_components(url, client_options or {})),
+                      reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}))
+
+
+def make_class(base: type[ServedEnvironment], env_name: str, url: str, listing: Sequence[dict[str, Any]], *,
+               tally: Tally | None = None, check_schemas: bool = True, **attributes: Any) -> type[ServedEnvironment]:
+    """A subclass of `base` with one method per listed tool (function-calling entries) and `attributes`; each
+    method is checked against its listing as TRL renders it unless `check_schemas` is False."""
     if not listing:
         raise BindingError(f"{env_name} at {url} lists no tools, so a model has nothing to call; "
                            "mark the environment's actions with @tool")
     namespace: dict[str, Any] = {
         "__doc__": f"{env_name} served at {url}: one method per tool, for TRL's environment_factory.",
-        "__module__": __name__,
+        "__module__": base.__module__,
         "env_name": env_name,
         "url": url,
-        "metadata": metadata,
-        "component_names": tuple(_reported_components(url, client_options or {})),
         "tally": tally if tally is not None else Tally(),
-        "reconnect_timeout": reconnect_timeout,
-        "_client_options": dict(client_options or {}),
+        "_client_options": {},
         "_instances": weakref.WeakSet(),
+        **attributes,
     }
     methods = {}
     for entry in listing:
         listed = entry.get("function", entry)
         methods[listed.get("name")] = (_tool_method(listed, env_name), listed)
     namespace.update({name: method for name, (method, _) in methods.items()})
-    cls = type(_class_name(env_name), (ServedEnvironment,), namespace)
+    cls = type(_class_name(env_name), (base,), namespace)
     if check_schemas:
         for name, (_, listed) in methods.items():
             check_tool_schema(getattr(cls, name), listed)

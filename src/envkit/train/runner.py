@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ..client import EnvClient
+from ..ors_client import OrsServer, is_ors_server
 from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
 from .binding import ServedEnvironment, Tally, bind, tool_names
-from .data import env_rows, file_rows, task_prompt
+from .data import env_rows, file_rows, task_prompt, task_rows
 from .embedded import serve_envs
+from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
 from .settings import TrainSettings
 
@@ -72,7 +74,7 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
 def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[str], None]) -> dict[str, str]:
     sessions = max(settings.batch_size * settings.gradient_accumulation_steps, settings.eval_games)
     if settings.env_url:
-        names = settings.env or [_server_name(url) for url in settings.env_url]
+        names = settings.env or [_server_name(url, _protocol(url, settings.protocol)) for url in settings.env_url]
         return dict(zip(names, settings.env_url, strict=True))
     urls = stack.enter_context(serve_envs(settings.env, sessions))
     for name, url in urls.items():
@@ -80,24 +82,86 @@ def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[
     return urls
 
 
-def _server_name(url: str) -> str:
+def _protocol(url: str, chosen: str) -> str:
+    """`envkit` or `ors` for the server at `url`: as `chosen`, or found out (envkit's `/metadata`, else ORS's
+    `/list_environments`). An envkit server speaks both; its own protocol is preferred."""
+    if chosen != "auto":
+        return chosen
+    try:
+        EnvClient(url).sync().metadata()
+        return "envkit"
+    except EnvkitError:
+        if is_ors_server(url):
+            return "ors"
+        raise
+
+
+def _server_name(url: str, protocol: str) -> str:
+    if protocol == "ors":
+        return OrsServer(url).env_name
     return str(EnvClient(url).sync().metadata().get("name") or url)
+
+
+def _bind(settings: TrainSettings, name: str, url: str) -> type[ServedEnvironment]:
+    if _protocol(url, settings.protocol) == "ors":
+        try:
+            return bind_ors(url, name=name, split=settings.split, reconnect_timeout=settings.reconnect_timeout)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+    return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout)
+
+
+def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]]) -> dict[str, list[dict[str, Any]]]:
+    """Each environment's list of reset arguments when the run trains on tasks (`--split`, or an ORS server);
+    empty when it does not (then rows carry seeds)."""
+    if settings.split is None and not any(issubclass(cls, OrsServedEnvironment) for cls in classes.values()):
+        return {}
+    tasks = {}
+    for name, cls in classes.items():
+        if issubclass(cls, OrsServedEnvironment):
+            tasks[name] = [{"task_index": index} for index in range(cls.server.num_tasks(cls.split))]
+        elif settings.split is not None:
+            tasks[name] = _envkit_tasks(name, cls.url, settings.split)
+        else:
+            tasks[name] = [{"seed": settings.seed + index} for index in range(settings.num_episodes or 64)]
+    return tasks
+
+
+def _envkit_tasks(name: str, url: str, split: str) -> list[dict[str, Any]]:
+    """The tasks of `split` from an envkit server's task catalogue (its Open Reward Standard routes)."""
+    try:
+        server = OrsServer(url)
+        if split not in server.splits():
+            raise ConfigurationError(f"--split {split}: {name} has no such split; its splits: "
+                                     f"{', '.join(server.splits()) or 'none'}")
+        return server.tasks(split)
+    except (EnvkitError, KeyError) as error:
+        if isinstance(error, ConfigurationError):
+            raise
+        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); the picows "
+                                 "transport does not serve the task catalogue: serve with --transport uvicorn") from None
 
 
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
             show_steps: bool = True) -> Run:
     """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
     _check_vllm(settings)
-    classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
+    classes = {name: _bind(settings, name, url) for name, url in urls.items()}
     for name, cls in classes.items():
         tools = ", ".join(tool_names(cls))
-        say(f"bound {name}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
-                                              if cls.component_names else ""))
-    _check_capacity(urls, settings.batch_size * settings.gradient_accumulation_steps)
+        via = f" (Open Reward Standard, split {cls.split})" if issubclass(cls, OrsServedEnvironment) else ""
+        say(f"bound {name}{via}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
+                                                   if cls.component_names else ""))
+    _check_capacity({name: url for name, url in urls.items() if not issubclass(classes[name], OrsServedEnvironment)},
+                    settings.batch_size * settings.gradient_accumulation_steps)
     evaluation = _Evaluation(settings, urls, say) if settings.eval_games else None
     prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
-    rows = (file_rows(settings.dataset, prompts) if settings.dataset
-            else env_rows(prompts, settings.num_episodes, settings.seed))
+    if settings.dataset:
+        rows = file_rows(settings.dataset, prompts)
+    else:
+        tasks = _tasks(settings, classes)
+        rows = (task_rows(prompts, tasks, settings.num_episodes) if tasks
+                else env_rows(prompts, settings.num_episodes or 64, settings.seed))
     dataset = _table(rows)
     from .samples import EpisodeSampler
 

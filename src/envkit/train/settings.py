@@ -30,6 +30,7 @@ __all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "T
 TINY = "tiny"
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
+PROTOCOLS = ("auto", "envkit", "ors")
 
 
 def model_defaults(tiny: bool) -> dict[str, Any]:
@@ -73,7 +74,9 @@ class TrainSettings:
     vllm_server_url: str | None = None
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
-    num_episodes: int = 64
+    num_episodes: int | None = None
+    split: str | None = None
+    protocol: str = "auto"
     eval_games: int = 0
     transcripts_per_step: int = 4
     seed: int = 0
@@ -118,6 +121,11 @@ class TrainSettings:
             raise ConfigurationError(f"--vllm-mode must be one of {', '.join(VLLM_MODES)}, got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigurationError("--vllm-gpu-memory-utilization must be in (0, 1], e.g. 0.3")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigurationError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == "ors" and not self.env_url:
+            raise ConfigurationError("--protocol ors needs --env-url: the environments served here speak envkit's "
+                                     "protocol (and ORS too)")
         if self.report_to not in REPORT_TO:
             raise ConfigurationError(f"--report-to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
         if self.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
