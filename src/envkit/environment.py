@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Generic, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .episode_metrics import Metric
+
 __all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
 
 
@@ -99,6 +101,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
     EPISODE_LENGTH: ClassVar[int | None] = None
     REWARD_RANGE: ClassVar[tuple[float, float] | None] = None
+    #: The episode metrics an evaluation table shows for this environment (`envkit.metrics.Metric`); their
+    #: values come from `episode_metrics()`.
+    METRICS: ClassVar[Sequence[Metric]] = ()
 
     @classmethod
     def splits(cls) -> list[str]:
@@ -134,13 +139,12 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
         """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
         return None
 
-    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
-        """The tool call a scripted player makes next in the running episode, as `(tool name, arguments)`.
+    def episode_metrics(self) -> dict[str, float]:
+        """The current episode's value of every metric in `METRICS` (quick, no I/O: servers call it after each move).
 
-        None (the default) when the environment has no scripted player. `envkit train` warms its
-        tiny model up on whole episodes played partly this way, so that it plays them to the end.
+        Booleans count as 1 and 0. The default reports nothing.
         """
-        return None
+        return {}
 
     @abstractmethod
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:

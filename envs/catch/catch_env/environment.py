@@ -7,7 +7,7 @@ import random
 import uuid
 from typing import Any, Literal
 
-from envkit import Environment, tool
+from envkit import Environment, Metric, tool
 
 from .game import COLUMNS, EPISODE_LENGTH, LEFT, PLAYER_ID, RIGHT, STAY, TERMINAL_PLAYER_ID, CatchGame
 from .models import CatchAction, CatchObservation, CatchState, GamePhase
@@ -24,14 +24,20 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
-    #: Every start column with 20 seeds for training (100 tasks) and 6 other seeds for testing (30 tasks).
-    #: The ball falls one row per move from the top row to the bottom one: nine moves.
+    #: The ball falls one row per move from the top row to the bottom one: nine moves; a catch +1, a miss -1.
     EPISODE_LENGTH = EPISODE_LENGTH
     REWARD_RANGE = (-1.0, 1.0)
+    #: Every start column with 20 seeds for training (100 tasks) and 6 other seeds for testing (30 tasks).
     TASKS = {
         "train": tuple({"ball_column": column, "seed": seed} for seed in range(20) for column in range(COLUMNS)),
         "test": tuple({"ball_column": column, "seed": seed} for seed in range(1000, 1006) for column in range(COLUMNS)),
     }
+    METRICS = (
+        Metric("caught", "caught", "count", success=True, description="the ball landed on the paddle"),
+        Metric("miss_distance", "columns off", "mean",
+               description="columns between paddle and ball when the game ended (0 on a catch)"),
+        Metric("moves", "paddle moves", "mean", description="left or right moves made (stays not counted)"),
+    )
 
     def __init__(self) -> None:
         self._rng = random.Random()
@@ -85,6 +91,16 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
                           paddle_column=game.paddle_column, actions=list(self._actions), done=game.done,
                           episode_return=game.reward)
 
+    def episode_metrics(self) -> dict[str, float]:
+        """Caught (1 or 0), how far the paddle was from the ball at the end, and how often it moved."""
+        game = self._game
+        metrics: dict[str, float] = {"caught": 0, "moves": sum(action != STAY for action in self._actions)}
+        if game is not None:
+            metrics["caught"] = int(game.caught)
+            if game.done:
+                metrics["miss_distance"] = abs(game.paddle_column - game.ball_column)
+        return metrics
+
     @tool
     def move(self, direction: Literal["left", "right"]) -> CatchObservation:
         """Move the paddle one column left or right; then the ball falls one row.
@@ -107,15 +123,6 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
             The board after the move.
         """
         return self.step(CatchAction(action_id=STAY))
-
-    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
-        """The optimal policy's next move as a tool call (toward the ball's column, then stay); None once over."""
-        from .policies import TOOL_CALLS, OptimalPolicy
-
-        if self._game is None or self._game.done:
-            return None
-        name, arguments = TOOL_CALLS[OptimalPolicy()(self._game.tensor())]
-        return name, dict(arguments)
 
     def _observation(self, phase: GamePhase) -> CatchObservation:
         game = self._game

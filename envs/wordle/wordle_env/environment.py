@@ -6,7 +6,7 @@ import random
 import uuid
 from typing import Any
 
-from envkit import Environment, tool
+from envkit import Environment, Metric, tool
 
 from .game import GAME_ID, NUM_GUESSES, PLAYER_ID, WORD_LENGTH, WordleGame
 from .models import WordleAction, WordleMessage, WordleObservation, WordleState
@@ -31,11 +31,18 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
-    #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
-    #: Six guesses at most (an invalid move costs no guess, and a second one in a row ends the game).
+    #: Six guesses at most (an invalid move costs no guess, and a second one in a row ends the game); reward 0 to 1.
     EPISODE_LENGTH = NUM_GUESSES
     REWARD_RANGE = (0.0, 1.0)
+    #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
     TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
+    #: The columns of TRL's Wordle evaluation table: wins (k/n), guesses per win, invalid guesses (total).
+    METRICS = (
+        Metric("won", "wins", "count", success=True, description="the secret word was guessed"),
+        Metric("guesses", "guesses per win", "mean", where="won", description="valid guesses made in a won game"),
+        Metric("invalid_guesses", "invalid guesses", "sum",
+               description="guesses refused as invalid (wrong format, not a word, repeated), over all games"),
+    )
 
     def __init__(self) -> None:
         self._game: WordleGame | None = None
@@ -94,6 +101,13 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
                            last_reward=self._last_reward, last_info=self._last_info, raw_state=raw_state,
                            reward_components=reward_components(game))
 
+    def episode_metrics(self) -> dict[str, float]:
+        """Won (1 or 0), valid guesses made, and invalid guesses made in the current game."""
+        game = self._game
+        if game is None:
+            return {"won": 0, "guesses": 0, "invalid_guesses": 0}
+        return {"won": int(game.won), "guesses": len(game.guesses), "invalid_guesses": game.invalid_moves}
+
     @tool
     def guess(self, guess: str) -> WordleObservation:
         """Guess the secret five-letter word. You have six guesses; two invalid guesses in a row end the game.
@@ -112,14 +126,6 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     def secret_word(self) -> str | None:
         """The current game's secret, for code in this process (clients see it in `state` only once the game is over)."""
         return None if self._game is None else self._game.secret
-
-    def scripted_tool_call(self) -> tuple[str, dict[str, Any]] | None:
-        """The reference solver's next guess as a `guess` tool call; None when no game is running."""
-        from .policies import Solver
-
-        if self._game is None or self._game.done:
-            return None
-        return "guess", {"guess": Solver().act(self._game.render())}
 
     def _require_game(self) -> WordleGame:
         if self._game is None:

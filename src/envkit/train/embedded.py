@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
-from ..environment import Environment
 from ..errors import ConfigurationError
 from ..server import running_server
 from ..serving import app_from_environment, resolve_target
@@ -18,8 +17,8 @@ __all__ = ["serve_envs"]
 
 
 @contextmanager
-def serve_envs(targets: Sequence[str], sessions: int) -> Iterator[dict[str, tuple[str, type[Environment]]]]:
-    """Serve each target (bundled name, env folder or module:Class); yields {env name: (url, env class)}.
+def serve_envs(targets: Sequence[str], sessions: int) -> Iterator[dict[str, str]]:
+    """Serve each target (bundled name, env folder or module:Class); yields {env name: url}.
 
     `sessions` is how many episodes run at once (one generation batch); each server admits that many.
     """
@@ -38,5 +37,5 @@ def serve_envs(targets: Sequence[str], sessions: int) -> Iterator[dict[str, tupl
         urls = {}
         for target in resolved:
             app = app_from_environment(target.env_class, env_name=target.name, max_concurrent_envs=max(sessions, 1))
-            urls[target.name] = (stack.enter_context(running_server(app)), target.env_class)
+            urls[target.name] = stack.enter_context(running_server(app))
         yield urls

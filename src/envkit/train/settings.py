@@ -28,7 +28,11 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TrainSettings", "load_config", "settings_from", "TINY", "DEFAULT_OUTPUT_DIR"]
+#: Rows drawn from seeds when neither a dataset, a split nor --num-episodes says how many.
+SEED_EPISODES = 64
+
+__all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY", "DEFAULT_OUTPUT_DIR",
+           "TINY_GAME_STEPS"]
 
 TINY = "tiny"
 DEFAULT_OUTPUT_DIR = "envkit-train"
@@ -38,6 +42,44 @@ TINY_GAME_STEPS = 40
 RUN_FILES = ("metrics.jsonl", "metrics.csv", "reward_curve.png", "model")
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
+PROTOCOLS = ("auto", "envkit", "ors")
+
+
+def model_defaults(tiny: bool, episode_length: int | None = None, episode_tokens: int | None = None
+                   ) -> dict[str, Any]:
+    """The defaults that depend on the model and on the environments' episodes.
+
+    Laptop-sized for `tiny`, TRL's for a real model. `episode_length`: the most tool calls an episode
+    of the environments takes (their `episode_length` in `/metadata`), or None when none declares one;
+    `episode_tokens`: the longest tiny-model warm-up episode in tokens. With a length, the turn budget
+    is that length plus two (room for refused calls); the tiny model's token budget is its warm-up
+    episodes' length with a quarter to spare, any other model's 128 tokens a turn (1,024 at least).
+    Without: 3 turns and 128 tokens for the tiny model, 10 turns and 1,024 tokens for others. The tiny
+    model takes 30 steps at 2e-3 where episodes have no set length (echo), and `TINY_GAME_STEPS` steps
+    at 5e-4 on whole games, where the larger rate unlearns the play its warm-up taught.
+
+    `envkit eval` plays with the same episode budget (`max_completion_length`, `max_tool_calling_iterations`).
+    """
+    game = bool(episode_length)
+    if tiny:
+        turns = episode_length + 2 if game else 3
+        tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
+    else:
+        turns = max(10, episode_length + 2) if game else 10
+        tokens = max(1024, 128 * (episode_length + 2)) if game else 1024
+    return {
+        "max_steps": (TINY_GAME_STEPS if game else 30) if tiny else 200,
+        "learning_rate": (5e-4 if game else 2e-3) if tiny else 1e-6,
+        "num_generations": 8,
+        "batch_size": 16 if tiny else 8,
+        "max_completion_length": tokens,
+        "max_tool_calling_iterations": turns,
+    }
+
+
+#: Settings whose default depends on the environments' episodes: filled in by `TrainSettings.fitted` once they
+#: are bound, not by `resolved`.
+FITTED = ("max_steps", "learning_rate", "max_completion_length", "max_tool_calling_iterations")
 
 
 @dataclass
@@ -67,7 +109,11 @@ class TrainSettings:
     vllm_server_url: str | None = None
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
-    num_episodes: int = 64
+    num_episodes: int | None = None   # None: every task of the split once, or SEED_EPISODES seeded rows
+    split: str | None = None
+    protocol: str = "auto"
+    eval_games: int = 0
+    transcripts_per_step: int = 4
     seed: int = 0
     report_to: str = "none"
     reconnect_timeout: float = 30.0
@@ -80,7 +126,7 @@ class TrainSettings:
 
     def resolved(self) -> TrainSettings:
         """A copy with model-dependent defaults filled in and every value checked."""
-        defaults = {"num_generations": 8, "batch_size": 16 if self.tiny else 8}  # the rest: `fitted`
+        defaults = {name: value for name, value in model_defaults(self.tiny).items() if name not in FITTED}
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
         done = dataclasses.replace(self, **values)
@@ -88,35 +134,10 @@ class TrainSettings:
         return done
 
     def fitted(self, episode_length: int | None, episode_tokens: int | None = None) -> TrainSettings:
-        """A copy whose unset turn and token budgets, and the tiny model's steps and learning rate, fit the
-        environments' episodes.
-
-        `episode_length`: the most tool calls an episode of any bound environment takes (their
-        `episode_length` in `/metadata`), or None when none declares one. `episode_tokens`: the longest
-        tiny-model warm-up episode in tokens. With a length, the turn budget is that length plus two
-        (room for refused calls); the tiny model's token budget is its warm-up episodes' length with a
-        quarter to spare, any other model's 128 tokens a turn (1,024 at least). Without: 3 turns and
-        128 tokens for the tiny model, 10 turns and 1,024 tokens for others. The tiny model takes 30
-        steps at 2e-3 where episodes have no set length (echo), and `TINY_GAME_STEPS` steps at 5e-4 on
-        whole games, where the larger rate unlearns the play its warm-up taught.
-        """
-        tiny, game = self.tiny, bool(episode_length)
-        turns = self.max_tool_calling_iterations
-        if turns is None:
-            turns = (episode_length + 2 if tiny else max(10, episode_length + 2)) if episode_length else (
-                3 if tiny else 10)
-        tokens = self.max_completion_length
-        if tokens is None:
-            if tiny:
-                tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
-            else:
-                tokens = max(1024, 128 * (episode_length + 2)) if episode_length else 1024
-        steps = self.max_steps if self.max_steps is not None else (
-            (TINY_GAME_STEPS if game else 30) if tiny else 200)
-        rate = self.learning_rate if self.learning_rate is not None else (
-            (5e-4 if game else 2e-3) if tiny else 1e-6)
-        return dataclasses.replace(self, max_tool_calling_iterations=turns, max_completion_length=tokens,
-                                   max_steps=steps, learning_rate=rate)
+        """A copy with the settings not given fitted to the environments' episodes (see `model_defaults`)."""
+        defaults = model_defaults(self.tiny, episode_length, episode_tokens)
+        return dataclasses.replace(self, **{name: getattr(self, name) if getattr(self, name) is not None
+                                            else defaults[name] for name in FITTED})
 
     def check(self) -> None:
         """Raise `ConfigurationError` for values that cannot work, saying which and what to do."""
@@ -141,6 +162,11 @@ class TrainSettings:
             raise ConfigurationError(f"--vllm-mode must be one of {', '.join(VLLM_MODES)}, got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigurationError("--vllm-gpu-memory-utilization must be in (0, 1], e.g. 0.3")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigurationError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == "ors" and not self.env_url:
+            raise ConfigurationError("--protocol ors needs --env-url: the environments served here speak envkit's "
+                                     "protocol (and ORS too)")
         if self.report_to not in REPORT_TO:
             raise ConfigurationError(f"--report-to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
         if self.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
@@ -151,6 +177,10 @@ class TrainSettings:
             raise ConfigurationError(
                 f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one name per server "
                 "(in the same order), or leave out --env to use the names the servers report")
+        if self.eval_games < 0:
+            raise ConfigurationError("--eval-games must be 0 (no evaluation) or a number of test games")
+        if self.transcripts_per_step < 0:
+            raise ConfigurationError("--transcripts-per-step must be 0 (none) or more")
         if self.reconnect_timeout < 0:
             raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
 
@@ -237,7 +267,8 @@ def _flag(name: str) -> str:
 
 _LIST_FIELDS = {"env", "env_url", "reward"}
 _INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
-               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed"}
+               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed", "eval_games",
+               "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..environment import Environment, Observation
-from .binding import NOT_FOR_ENV, ServedEnvironment, _separated, tool_names
+from ..environment import Environment
+from .binding import ServedEnvironment, tool_names
 
 __all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "CHAT_TEMPLATE_KWARGS"]
 
@@ -105,35 +105,56 @@ Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
                            *, max_turns: int, seed: int = 0, players: Mapping[str, type[Environment]] | None = None,
                            scripted_share: float = 0.75) -> list[Conversation]:
-    """Play one scripted episode per row; each as (chat messages, tool schemas).
+    """Play one scripted episode per row over a real session; each as (chat messages, tool schemas).
 
-    An environment in `players` (its class, served in this process) whose `scripted_tool_call()`
-    answers is played in this process to the end of the episode: each move is its scripted player's
-    with probability `scripted_share`, else a random valid call. The random moves lead the game into
-    varied positions but are marked `CONTEXT_ONLY`: the warm-up trains on the scripted moves alone, so
-    the model learns to play whole episodes, and to play them well where it has learnt to. Any other environment is
-    played over a real session with 1 to `max_turns` calls of random valid arguments. Errors the
-    environment returns become tool messages, as in TRL. Every episode ends with a short final answer.
+    An environment in `players` (its class, served in this process) whose package has a scripted
+    `solver` (`policies.TOOL_PLAYERS`, the players `envkit eval --policy` offers) is played to the end
+    of the episode: each move is the solver's with probability `scripted_share`, else a random valid
+    call. The random moves lead the game into varied positions but are marked `CONTEXT_ONLY`: the
+    warm-up trains on the solver's moves alone, so the model learns to play whole episodes, and which
+    move each position calls for. Any other environment gets 1 to `max_turns` calls with random valid
+    arguments. Errors the environment returns become tool messages, as in TRL. Every episode ends with
+    a short final answer.
     """
     rng = random.Random(seed)
     conversations = []
     for row in rows:
         name = row.get("environment") if row.get("environment") in classes else next(iter(classes))
-        served = classes[name]()
-        listing = _tool_schemas(served)
-        player = (players or {}).get(name)
-        if player is not None and _has_scripted_player(player):
-            messages = _play_locally(player, row, listing, rng, scripted_share)
-        else:
-            messages = _play_over_session(served, row, listing, rng, max_turns)
-        served._close()
+        environment = classes[name]()
+        listing = _tool_schemas(environment)
+        solver = solver_of((players or {}).get(name), seed)
+        messages = [dict(message) for message in row["prompt"]]
+        messages[-1]["content"] = messages[-1]["content"] + environment.reset(**row)
+        episode = environment.episode
+        assert episode is not None
+        length = environment.metadata.get("episode_length")
+        turns = 2 * (length if isinstance(length, int) else 10) if solver else rng.randint(1, max_turns)
+        for _ in range(turns):
+            if episode.done or episode.lost:
+                break
+            call = solver(episode.observation or {}, episode.row) if solver else None
+            if solver is not None and call is None:
+                break
+            context_only = call is None or rng.random() >= scripted_share
+            tool, arguments = _random_call(listing, rng) if context_only else call
+            try:
+                result: Any = getattr(environment, tool)(**arguments)
+            except ValueError as error:
+                result = {"error": str(error)}
+            messages.extend(_call_turn(tool, arguments, result, context_only=context_only and solver is not None))
+        environment._close()
         messages.append({"role": "assistant", "content": rng.choice(["Done.", "I am done.", "Finished."])})
         conversations.append((messages, listing))
     return conversations
 
 
-def _has_scripted_player(env_class: type[Environment]) -> bool:
-    return env_class.scripted_tool_call is not Environment.scripted_tool_call
+def solver_of(env_class: type[Environment] | None, seed: int) -> Any:
+    """The `solver` scripted player of an environment's package as `act(observation, task) -> (tool, arguments)`,
+    or None when it has none."""
+    from ..evaluate.policy_player import tool_players
+
+    factory = tool_players(env_class).get("solver")
+    return factory(seed) if factory is not None else None
 
 
 def _random_call(listing: list[dict[str, Any]], rng: random.Random) -> tuple[str, dict[str, Any]]:
@@ -156,60 +177,6 @@ def _call_turn(name: str, arguments: dict[str, Any], result: Any, *, context_onl
     if context_only:
         call[CONTEXT_ONLY] = True
     return [call, {"role": "tool", "name": name, "content": str(result)}]
-
-
-def _opening(row: dict[str, Any], first: str) -> list[dict[str, Any]]:
-    prompt = [dict(message) for message in row["prompt"]]
-    prompt[-1]["content"] = prompt[-1]["content"] + first
-    return prompt
-
-
-def _play_over_session(environment: ServedEnvironment, row: dict[str, Any], listing: list[dict[str, Any]],
-                       rng: random.Random, max_turns: int) -> list[dict[str, Any]]:
-    messages = _opening(row, environment.reset(**row))
-    for _ in range(rng.randint(1, max_turns)):
-        name, arguments = _random_call(listing, rng)
-        try:
-            result: Any = getattr(environment, name)(**arguments)
-        except ValueError as error:
-            result = {"error": str(error)}
-        messages.extend(_call_turn(name, arguments, result))
-        if environment.episode is not None and (environment.episode.done or environment.episode.lost):
-            break
-    return messages
-
-
-def _play_locally(env_class: type[Environment], row: dict[str, Any], listing: list[dict[str, Any]],
-                  rng: random.Random, scripted_share: float) -> list[dict[str, Any]]:
-    """One whole episode in this process, with the texts the served environment would send."""
-    from ..protocol import result_text
-    from ..ws_handler import reset_parameters
-
-    accepted = reset_parameters(env_class)
-    kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None
-              and (accepted is None or key in accepted)}
-    environment = env_class()
-    try:
-        observation = environment.reset(**kwargs)
-        messages = _opening(row, _separated(row.get("prompt"), observation.as_text()))
-        limit = 2 * (env_class.EPISODE_LENGTH or 10)
-        for _ in range(limit):
-            scripted = environment.scripted_tool_call()
-            if scripted is None:
-                break
-            randomly = rng.random() >= scripted_share
-            name, arguments = _random_call(listing, rng) if randomly else scripted
-            try:
-                result: Any = getattr(environment, name)(**arguments)
-            except ValueError as error:
-                result = {"error": str(error)}
-            messages.extend(_call_turn(name, arguments, result if isinstance(result, dict) else result_text(result),
-                                       context_only=randomly))
-            if isinstance(result, Observation) and result.done:
-                break
-    finally:
-        environment.close()
-    return messages
 
 
 def _train_tokenizer(texts: list[str], spec: TinyModelSpec) -> Any:
@@ -255,7 +222,7 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     spec = spec or TinyModelSpec()
     started = time.perf_counter()
     torch.manual_seed(spec.seed)
-    games = any(_has_scripted_player(env_class) for env_class in (players or {}).values())
+    games = any(solver_of(env_class, spec.seed) is not None for env_class in (players or {}).values())
     chosen = [rows[index % len(rows)] for index in range(spec.game_episodes if games else spec.episodes)]
     conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
                                            scripted_share=spec.scripted_share)
