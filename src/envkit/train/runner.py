@@ -194,6 +194,8 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     model, tokenizer, episode_tokens = _model(settings, classes, rows, on_gpu, say, players or {})
     episode_length = _episode_length(classes)
     settings = settings.fitted(episode_length, episode_tokens)
+    if evaluation is not None:  # it plays with the episode budget training uses
+        evaluation.settings = settings
     say(f"episode budget: {settings.max_tool_calling_iterations} tool-calling turns, "
         f"{settings.max_completion_length} tokens" + (f" (episodes take {episode_length} tool calls)"
                                                       if episode_length else "")
