@@ -107,9 +107,9 @@ def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows:
                            scripted_share: float = 0.75) -> list[Conversation]:
     """Play one scripted episode per row over a real session; each as (chat messages, tool schemas).
 
-    An environment in `players` (its class, served in this process) whose package has a scripted
-    `solver` (`policies.TOOL_PLAYERS`, the players `envkit eval --policy` offers) is played to the end
-    of the episode: each move is the solver's with probability `scripted_share`, else a random valid
+    A game in `players` (an environment class served in this process, with an `EPISODE_LENGTH`) whose
+    package has a scripted `solver` (`policies.TOOL_PLAYERS`, the players `envkit eval --policy` offers)
+    is played to the end of the episode: each move is the solver's with probability `scripted_share`, else a random valid
     call. The random moves lead the game into varied positions but are marked `CONTEXT_ONLY`: the
     warm-up trains on the solver's moves alone, so the model learns to play whole episodes, and which
     move each position calls for. Any other environment gets 1 to `max_turns` calls with random valid
@@ -149,10 +149,13 @@ def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows:
 
 
 def solver_of(env_class: type[Environment] | None, seed: int) -> Any:
-    """The `solver` scripted player of an environment's package as `act(observation, task) -> (tool, arguments)`,
-    or None when it has none."""
+    """The `solver` scripted player of a game's package as `act(observation, task) -> (tool, arguments)`; None
+    when the environment declares no episode length (its episodes are no games to play to the end) or its
+    package has no solver."""
     from ..evaluate.policy_player import tool_players
 
+    if env_class is None or not env_class.EPISODE_LENGTH:
+        return None
     factory = tool_players(env_class).get("solver")
     return factory(seed) if factory is not None else None
 
