@@ -3,12 +3,15 @@
 A random model never emits a well-formed tool call, so GRPO would have nothing to reward. The
 recipe, all local:
 
-1. play scripted episodes against the served environments (random but valid tool arguments),
-   rendering each as the chat TRL will build: prompt, `<tool_call>` turns, tool responses;
+1. play scripted episodes against the served environments, rendering each as the chat TRL will
+   build: prompt, `<tool_call>` turns, tool responses. Random but valid tool arguments; for a game
+   (an environment with an episode length) whose package has a scripted solver, whole games played
+   mostly by the solver (see `scripted_conversations`);
 2. train a byte-level BPE tokenizer (`tokenizers`) on those conversations and give it TRL's
    own Qwen3 chat template string, which TRL recognises to parse `<tool_call>` blocks;
-3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on the
-   assistant turns of the scripted episodes, so that it calls tools from the first GRPO step.
+3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on what the
+   model will itself generate in those episodes (the assistant turns, after the empty thinking
+   block TRL's generation prompt already holds), so that it calls tools from the first GRPO step.
 """
 
 from __future__ import annotations
