@@ -132,9 +132,10 @@ class SessionHandler:
                                                    "server is shutting down; connect to another server",
                                                    active_sessions=pool.active, max_sessions=pool.max_sessions),
                            CloseCode.SHUTDOWN, "server shutting down")
-        message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
+        active = pool.active_everywhere
+        message = (f"server at capacity: {active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
-        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
                                                max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
 
     @staticmethod
