@@ -145,3 +145,12 @@ class BadObservationEnvironment(CounterEnvironment):
 
     def step(self, action: CounterAction) -> Any:  # type: ignore[override]
         return {"total": 1}
+
+
+class PidCounterEnvironment(CounterEnvironment):
+    """A counter that also tells which process serves it (for servers of several processes)."""
+
+    @tool
+    def whoami(self) -> str:
+        """Say the id of the process this session lives in."""
+        return str(os.getpid())

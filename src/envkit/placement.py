@@ -238,7 +238,9 @@ class Placement:
                 self._mark(server.url, placed=True)
                 return result
         where = self.registry or ", ".join(self.urls)
-        if full is not None:
+        with self._state_lock:
+            any_live = any(server.live for server in self.servers.values())
+        if full is not None or any_live:
             raise CapacityError(where, f"every server is at capacity ({self.describe()})")
         raise EnvConnectionError(where, f"no live server accepted a session ({self.describe() or 'none listed'})")
 

@@ -1,0 +1,109 @@
+"""Clients that spread sessions over several servers: real servers on 127.0.0.1, the real client."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import Iterator
+
+import httpx
+import pytest
+from conftest import subprocess_env
+from sample_envs import CounterAction, CounterEnvironment, CounterObservation
+
+from envkit import CapacityError, EnvClient, EnvConnectionError, SessionLostError, create_app
+from envkit.placement import Placement, is_registry_url, parse_server_urls
+from envkit.testing import ServedProcess, free_port, running_server
+
+COUNTER = "sample_envs:CounterEnvironment"
+
+
+@contextlib.contextmanager
+def counter_servers(*limits: int) -> Iterator[list[str]]:
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(running_server(create_app(CounterEnvironment, CounterAction, CounterObservation,
+                                                             max_concurrent_envs=limit))) for limit in limits]
+
+
+def test_parse_server_urls_accepts_lists_and_commas_and_explains_mistakes() -> None:
+    assert parse_server_urls("http://a:1") == ["http://a:1"]
+    assert parse_server_urls(" http://a:1, http://b:2,,http://a:1 ") == ["http://a:1", "http://b:2"]
+    assert parse_server_urls(["http://a:1,http://b:2", "ws://c:3/ws"]) == ["http://a:1", "http://b:2", "ws://c:3/ws"]
+    assert is_registry_url("http://head:8000/replicas/") and not is_registry_url("http://a:1")
+    with pytest.raises(ValueError, match="no server URL given"):
+        parse_server_urls(" , ")
+    with pytest.raises(ValueError, match="separate several with commas"):
+        parse_server_urls("http://a:1 http://b:2")
+    with pytest.raises(ValueError, match="give it alone"):
+        parse_server_urls("http://head:8000/replicas,http://a:1")
+
+
+def test_new_sessions_go_to_the_least_loaded_server() -> None:
+    with counter_servers(4, 8) as (small, large):
+        clients = [EnvClient([small, large]).sync() for _ in range(6)]
+        for client in clients:
+            client.reset()
+        placed = Counter(client.client.http_url for client in clients)
+        # least loaded by share of slots: 2/4 and 4/8 once all six are open
+        assert placed == {small: 2, large: 4}
+        for client in clients:
+            assert client.step({"amount": 3}).observation["total"] == 3
+        health = clients[0].health()
+        assert (health["active_sessions"], health["max_sessions"]) == (6, 12)
+        assert [server["active_sessions"] for server in health["servers"]] == [2, 4]
+        for client in clients:
+            client.close()
+
+
+def test_full_and_unreachable_servers_are_skipped_then_every_server_full_is_a_capacity_error() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with counter_servers(1, 2) as (one, two):
+        placement = Placement([dead, one, two], ttl_s=60.0)   # a long cache: the refusals must be learnt
+        first = EnvClient([dead, one, two]).sync()
+        first.client.placement = placement
+        others = []
+        for _ in range(3):
+            client = EnvClient([dead, one, two]).sync()
+            client.client.placement = placement
+            client.reset()
+            others.append(client)
+        assert sorted(Counter(client.client.http_url for client in others).values()) == [1, 2]
+        with pytest.raises(CapacityError, match="every server is at capacity"):
+            first.reset()
+        down = [server for server in placement.servers.values() if not server.live]
+        assert [server.url for server in down] == [dead]
+        for client in others:
+            assert client.step({"amount": 1}).observation["total"] == 1
+            client.close()
+
+
+def test_no_server_reachable_names_each_one() -> None:
+    urls = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
+    with pytest.raises(EnvConnectionError, match="no live server accepted a session") as caught:
+        EnvClient(urls, connect_timeout=2).sync().reset()
+    assert all(url in str(caught.value) for url in urls)
+
+
+def test_a_lost_server_ends_only_its_sessions_and_reset_lands_elsewhere() -> None:
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "8", env=subprocess_env()) as doomed, \
+            counter_servers(8) as (survivor,):
+        servers = [doomed.url, survivor]
+        clients = [EnvClient(servers).sync() for _ in range(4)]
+        for client in clients:
+            client.reset()
+            client.step({"amount": 2})
+        on_doomed = [client for client in clients if client.client.http_url == doomed.url]
+        on_survivor = [client for client in clients if client.client.http_url == survivor]
+        assert len(on_doomed) == len(on_survivor) == 2
+        doomed.kill()
+        for client in on_doomed:
+            with pytest.raises(SessionLostError):
+                client.step({"amount": 1})
+        for client in on_survivor:
+            assert client.step({"amount": 1}).observation["total"] == 3
+        for client in on_doomed:
+            assert client.reset(tag="again").observation["tag"] == "again"
+            assert client.client.http_url == survivor
+        assert httpx.get(survivor + "/health").json()["active_sessions"] == 4
+        for client in clients:
+            client.close()

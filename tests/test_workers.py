@@ -1,0 +1,132 @@
+"""`envkit serve --workers N`: real worker processes behind one port, real clients, a worker killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from conftest import subprocess_env
+
+from envkit import CapacityError, EnvClient, SessionLostError
+from envkit.testing import ServedProcess
+from envkit.workers import worker_shares
+
+COUNTER = "sample_envs:PidCounterEnvironment"
+
+
+def health(url: str) -> dict:
+    return httpx.get(url + "/health", timeout=5).json()
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_worker_shares_sum_to_the_limit() -> None:
+    assert worker_shares(64, 2) == [32, 32]
+    assert worker_shares(5, 3) == [2, 2, 1]
+    assert sum(worker_shares(7, 4)) == 7
+
+
+def test_workers_share_the_port_the_limit_and_health_and_survive_a_killed_worker() -> None:
+    with ServedProcess(COUNTER, "--workers", "2", "--max-concurrent-envs", "6", env=subprocess_env()) as served:
+        assert "over 2 workers" in "".join(served.output)
+        document = health(served.url)
+        assert (document["active_sessions"], document["max_sessions"]) == (0, 6)
+        assert [(row["worker"], row["share"], row["status"]) for row in document["workers"]] == [
+            (0, 3, "ready"), (1, 3, "ready")]
+        clients = [EnvClient(served.url).sync() for _ in range(6)]
+        for index, client in enumerate(clients):
+            client.reset(tag=str(index))
+            client.step({"amount": index})
+        # every worker answers /health with the whole and each worker: the sessions spread by share
+        answers = [health(served.url) for _ in range(6)]
+        assert {answer["active_sessions"] for answer in answers} == {6}
+        assert [row["active_sessions"] for row in answers[0]["workers"]] == [3, 3]
+        pids = {row["pid"]: row["worker"] for row in answers[0]["workers"]}
+        # the whole's limit holds whichever worker takes the connection
+        with pytest.raises(CapacityError, match="6/6 sessions open"):
+            EnvClient(served.url).sync().reset()
+
+        # which worker holds which session: ask each session's environment for its process
+        held = {index: client.call("whoami").text for index, client in enumerate(clients)}
+        victim_pid = next(iter(pids))
+        os.kill(victim_pid, signal.SIGKILL)
+        lost, kept = [], []
+        for index, client in enumerate(clients):
+            if held[index] == str(victim_pid):
+                with pytest.raises(SessionLostError):
+                    client.step({"amount": 1})
+                lost.append(client)
+            else:
+                assert client.step({"amount": 1}).observation["total"] == index + 1
+                kept.append(client)
+        assert len(lost) == len(kept) == 3
+
+        wait_for(lambda: health(served.url)["workers"][pids[victim_pid]]["status"] == "ready", what="the restart")
+        restarted = health(served.url)
+        row = restarted["workers"][pids[victim_pid]]
+        assert row["restarts"] == 1 and row["pid"] != victim_pid and row["active_sessions"] == 0
+        assert restarted["active_sessions"] == 3
+        for client in lost:   # a new episode opens anywhere; the lost sessions' slots are free again
+            assert client.reset(tag="again").observation["tag"] == "again"
+        assert health(served.url)["active_sessions"] == 6
+        assert "ended with signal SIGKILL; its 3 session(s) are lost" in "".join(served.output)
+
+        # SIGTERM: every session, on every worker, is closed with 1001; the supervisor exits 0
+        assert served.terminate() == 0
+        for client in clients:
+            with pytest.raises(SessionLostError) as caught:
+                client.step({"amount": 1})
+            assert caught.value.close_code == 1001
+
+
+def test_sessions_spread_over_workers_for_a_burst_of_clients() -> None:
+    with ServedProcess(COUNTER, "--workers", "2", "--max-concurrent-envs", "8", env=subprocess_env()) as served:
+        clients = [EnvClient(served.url).sync() for _ in range(8)]
+        for client in clients:
+            client.reset()
+        assert Counter(client.call("whoami").text for client in clients).most_common(1)[0][1] == 4
+        for client in clients:
+            client.close()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--workers", "2", "--transport", "picows"], "leave out --transport picows"),
+    (["--replicas", "2"], "add --ray [ADDRESS]"),
+    (["--workers", "2", "--ray"], "pass one"),
+    (["--workers", "0"], "--workers"),
+])
+def test_scale_out_usage_errors_exit_2_with_the_fix(args: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "0", *args],
+                            capture_output=True, text=True, timeout=60, env=subprocess_env())
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_workers_port_taken_is_one_line() -> None:
+    with ServedProcess("echo") as served:
+        port = served.url.rsplit(":", 1)[1]
+        result = subprocess.run([sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", port, "--workers",
+                                 "2"], capture_output=True, text=True, timeout=60, env=subprocess_env())
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_plain_serve_and_import_never_load_ray() -> None:
+    code = ("import sys, envkit, envkit.client, envkit.placement, envkit.workers, envkit.registry, envkit.cli.serve;"
+            "from envkit.cli.main import cli; cli.get_command(None, 'serve');"
+            "loaded = sorted(name for name in sys.modules if name == 'ray' or name.startswith('ray.'));"
+            "print(loaded); sys.exit(1 if loaded else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env=subprocess_env())
+    assert result.returncode == 0, result.stdout + result.stderr
