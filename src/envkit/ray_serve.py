@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Any, Callable
@@ -116,6 +117,19 @@ def stop_replicas(handles: list[Any]) -> None:
             ray.kill(handle, no_restart=True)
 
 
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not never, on an address where no Ray head answers (`ray.init` retries forever)."""
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        why = error.strerror or str(error)
+        raise RayServeError(f"cannot reach the Ray cluster at {address}: nothing answers there ({why}); start one "
+                            "with `ray start --head` or give the address `ray status` shows") from None
+
+
 def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, replicas: int, num_cpus: float,
                  max_restarts: int = -1, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
                  say: Callable[[str], None] = print) -> None:
@@ -137,6 +151,8 @@ def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, 
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     handles: list[Any] = []
     try:
+        if address:
+            _check_reachable(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_level == "debug")
         except (ConnectionError, ValueError, RuntimeError) as error:
