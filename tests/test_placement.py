@@ -107,3 +107,18 @@ def test_a_lost_server_ends_only_its_sessions_and_reset_lands_elsewhere() -> Non
         assert httpx.get(survivor + "/health").json()["active_sessions"] == 4
         for client in clients:
             client.close()
+
+
+def test_bench_spreads_its_sessions_over_several_servers() -> None:
+    from envkit.bench import run_load, run_sync
+
+    with counter_servers(8, 8) as (first, second):
+        result = run_sync(run_load(f"{first},{second}", 8, 3, action={"amount": 1}, client="websockets",
+                                   on_open=lambda: _assert_split(first, second)))
+    assert result.sessions_ok == 8 and result.steps == 24 and result.url == f"{first},{second}"
+
+
+async def _assert_split(first: str, second: str) -> None:
+    async with httpx.AsyncClient() as http:
+        loads = [(await http.get(url + "/health")).json()["active_sessions"] for url in (first, second)]
+    assert loads == [4, 4]

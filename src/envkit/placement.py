@@ -296,3 +296,16 @@ class Placement:
             raise EnvConnectionError(self.registry or ", ".join(self.urls),
                                      f"no live server ({self.describe() or 'none listed'})")
         return ranked[0].url
+
+
+async def spread(spec: str | Sequence[str], count: int) -> list[str]:
+    """Server URLs for `count` sessions opened at once: the one server, or spread by load over several.
+
+    For load generators (`envkit bench`, eval) that open their sessions themselves.
+    """
+    servers = parse_server_urls(spec)
+    if len(servers) == 1 and not is_registry_url(servers[0]):
+        return servers * count
+    placement = Placement(servers)
+    await placement.refresh(force=True)
+    return placement.assign(count)
