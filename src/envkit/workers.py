@@ -1,36 +1,32 @@
 """`envkit serve TARGET --workers N`: N server processes behind one port, each on a core of its own.
 
-How the port is shared: the supervisor binds the listening socket once and forks the workers,
-which inherit it and all accept from its one queue (what gunicorn and `uvicorn --workers` do).
-Chosen over `SO_REUSEPORT`, where each worker would bind a socket of its own: there the kernel
-hashes each connection to one worker's queue whatever that worker's load, and a worker that dies
-takes the connections waiting in its queue with it (they are reset). With one shared queue a
-connection waits for whichever worker accepts first, a dead worker loses nothing that it had not
-accepted, and the port stays bound while a worker restarts. Nothing proxies frames: a client's
-socket belongs to the worker that accepted it for its whole life.
+How the port is shared: every worker listens on a socket of its own bound to the same address
+with `SO_REUSEPORT`, and the kernel hands each new connection to one of them by a hash of its
+addresses: an even spread however the connections arrive. A single socket inherited by every
+worker (what gunicorn and `uvicorn --workers` do) was tried first and spreads badly: a burst of
+connections lands on whichever worker wakes first, because an event loop accepts every pending
+connection at once, before it knows how many sessions it holds; a CPU-heavy environment then runs
+on one core while the other idles. The supervisor keeps the address bound (not listening) for the
+workers' lifetime, so the port stays reserved while a worker restarts. Nothing proxies frames: a
+client's socket belongs to the worker that accepted it for its whole life.
 
 How the workers know each other's load: a small block of shared memory (`WorkerBoard`) holds one
-row per worker (pid, sessions, restarts, whether it is ready and accepting), written by its worker
-and read by all. So `/health`, whichever worker answers, tells the whole (sessions and limit
-summed) and each worker; and the session limit is the whole's: a worker admits a session while
-the workers together hold fewer than `max_concurrent_envs` (one lock, taken per session opened
-or closed), so a client is never refused while any worker has room.
-
-How sessions spread: each worker has its share (`max_concurrent_envs / N`, rounded up). A worker
-that holds its share stops accepting while another worker is below its own, so the kernel hands
-new connections to the others; when every worker holds its share, all accept again (and refuse
-with a clear capacity error once the whole is full).
+row per worker (pid, sessions, restarts, ready), written by its worker and read by all. So
+`/health`, whichever worker answers, tells the whole (sessions and limit summed) and each worker.
+Each worker's share of `max_concurrent_envs` is what the even spread gives it; the limit itself
+is the whole's: a worker admits a session while the workers together hold fewer than
+`max_concurrent_envs` (one lock, taken per session opened or closed), so a client is never
+refused while any worker has room, and never admitted past the limit.
 
 A worker that dies is forked again into its row; only its own sessions are lost (their clients
-get `SessionLostError`). SIGINT or SIGTERM to the supervisor stops every worker the way a single
-server stops: each session is closed with 1001 and its environment closed.
+get `SessionLostError`, and connections it had not yet accepted are reset). SIGINT or SIGTERM to
+the supervisor stops every worker the way a single server stops: each session is closed with
+1001 and its environment closed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
-import functools
 import logging
 import multiprocessing
 import os
@@ -49,15 +45,13 @@ __all__ = ["WorkerBoard", "serve_workers", "worker_shares"]
 
 logger = logging.getLogger("envkit.workers")
 
-#: How often a worker checks whether it should accept connections (seconds).
-ACCEPT_CHECK_S = 0.05
 #: A worker that dies sooner than this after starting is restarted only after a growing pause.
 QUICK_DEATH_S = 2.0
 MAX_RESTART_PAUSE_S = 10.0
 #: Seconds to wait for workers to close their sessions on shutdown before killing them.
 STOP_TIMEOUT_S = 20.0
 
-_FIELDS = ("pid", "active", "restarts", "ready", "accepting", "started_ms")
+_FIELDS = ("pid", "active", "restarts", "ready", "started_ms")
 
 
 def worker_shares(total: int, workers: int) -> list[int]:
@@ -107,28 +101,20 @@ class WorkerBoard:
             self.set(index, "pid", pid)
             self.set(index, "active", 0)
             self.set(index, "ready", 0)
-            self.set(index, "accepting", 0)
             self.set(index, "started_ms", int(time.time() * 1000))
 
     def ended(self, index: int) -> None:
         """Row `index`'s worker is gone: its sessions no longer count."""
         with self._lock:
-            for name in ("pid", "active", "ready", "accepting"):
+            for name in ("pid", "active", "ready"):
                 self.set(index, name, 0)
-
-    def should_accept(self, index: int) -> bool:
-        """Below its share, or every other ready worker is at or above its own: accept new connections."""
-        if self.get(index, "active") < self.shares[index]:
-            return True
-        return not any(self.get(other, "ready") and self.get(other, "active") < self.shares[other]
-                       for other in range(self.workers) if other != index)
 
     def rows(self) -> list[dict[str, Any]]:
         """Every worker's row, for `/health`."""
         return [{"worker": index, "pid": self.get(index, "pid") or None,
                  "status": "ready" if self.get(index, "ready") else "starting",
                  "active_sessions": self.get(index, "active"), "share": self.shares[index],
-                 "accepting": bool(self.get(index, "accepting")), "restarts": self.get(index, "restarts")}
+                 "restarts": self.get(index, "restarts")}
                 for index in range(self.workers)]
 
     def health_view(self, index: int) -> Callable[[dict[str, Any]], None]:
@@ -145,110 +131,49 @@ class WorkerBoard:
 
 @dataclass
 class _WorkerLimit:
-    """Worker `index`'s side of the shared session limit (`SessionPool.shared_limit`).
-
-    `changed` runs after each session this worker opens or closes (the accept gate's check).
-    """
+    """Worker `index`'s side of the shared session limit (`SessionPool.shared_limit`)."""
 
     board: WorkerBoard
     index: int
-    changed: Callable[[], None] = lambda: None
 
     def try_reserve(self) -> bool:
-        taken = self.board.try_reserve(self.index)
-        if taken:
-            self.changed()
-        return taken
+        return self.board.try_reserve(self.index)
 
     def release(self) -> None:
         self.board.release(self.index)
-        self.changed()
 
     def in_use(self) -> int:
         return self.board.total_active()
 
 
 class WorkerServer(EnvkitServer):
-    """An envkit uvicorn server accepting from an inherited listening socket, pausing when it holds its share.
+    """An envkit uvicorn server on a worker's own `SO_REUSEPORT` socket, marking itself ready on the board."""
 
-    It listens on duplicates of the shared socket's descriptor: closing one to pause closes only
-    this process's duplicate, and the others keep accepting from the same queue.
-    """
-
-    def __init__(self, config: uvicorn.Config, board: WorkerBoard, index: int, listener: socket.socket) -> None:
+    def __init__(self, config: uvicorn.Config, board: WorkerBoard, index: int) -> None:
         super().__init__(config)
         self.board = board
         self.index = index
-        self.listener = listener
-        self._watch: asyncio.Task[None] | None = None
-        self._reopening: asyncio.Task[None] | None = None
-
-    def _duplicate(self) -> socket.socket:
-        return socket.socket(fileno=os.dup(self.listener.fileno()))
 
     async def startup(self, sockets: Any = None) -> None:
-        await super().startup([self._duplicate()])
-        self.board.set(self.index, "accepting", 1)
+        await super().startup([reuse_port_socket(self.config.host, self.config.port, listen=True)])
         self.board.set(self.index, "ready", 1)
-        self._watch = asyncio.get_running_loop().create_task(self._watch_others(), name="envkit-accept-gate")
-
-    def gate(self) -> None:
-        """Stop accepting at once when this worker should not; reopen (soon) when it should."""
-        if self.should_exit or not self.board.get(self.index, "ready"):
-            return
-        accept = self.board.should_accept(self.index)
-        if not accept and self.servers:
-            servers, self.servers = self.servers, []
-            for server in servers:
-                server.close()
-            self.board.set(self.index, "accepting", 0)
-        elif accept and not self.servers and self._reopening is None:
-            self._reopening = asyncio.get_running_loop().create_task(self._reopen())
-
-    async def _reopen(self) -> None:
-        config = self.config
-        protocol = functools.partial(config.http_protocol_class, config=config, server_state=self.server_state,
-                                     app_state=self.lifespan.state)
-        try:
-            server = await asyncio.get_running_loop().create_server(protocol, sock=self._duplicate(),
-                                                                    backlog=config.backlog)
-        finally:
-            self._reopening = None
-        if self.should_exit:
-            server.close()
-            return
-        self.servers = [server]
-        self.board.set(self.index, "accepting", 1)
-        self.gate()   # the load may have changed while reopening
-
-    async def _watch_others(self) -> None:
-        """Follow the other workers' loads: a worker below its share makes this one stop accepting, and back."""
-        while not self.should_exit:
-            await asyncio.sleep(ACCEPT_CHECK_S)
-            self.gate()
 
     async def shutdown(self, sockets: Any = None) -> None:
-        for task in (self._watch, self._reopening):
-            if task is not None:
-                task.cancel()
         self.board.set(self.index, "ready", 0)
-        self.board.set(self.index, "accepting", 0)
         await super().shutdown(sockets)
 
 
 def _run_worker(index: int, board: WorkerBoard, listener: socket.socket, make_app: Callable[[], Any],
                 log_level: str) -> None:
-    """A worker process's body: its own app and session pool, counted on the board."""
+    """A worker process's body: its own app, session pool and listening socket, counted on the board."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    app = make_app()
-    limit = _WorkerLimit(board, index)
-    app.state.envkit_pool.shared_limit = limit
-    app.documents.health_views.append(board.health_view(index))
     host, port = listener.getsockname()[:2]
-    server = WorkerServer(server_config(app, host, port, log_level=log_level), board, index, listener)
-    limit.changed = server.gate
-    server.run()
+    listener.close()   # the supervisor's: it only holds the address
+    app = make_app()
+    app.state.envkit_pool.shared_limit = _WorkerLimit(board, index)
+    app.documents.health_views.append(board.health_view(index))
+    WorkerServer(server_config(app, host, port, log_level=log_level), board, index).run()
 
 
 class _Supervisor:
@@ -330,10 +255,20 @@ class _Supervisor:
                 process.join()
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
-    """The one listening socket the workers share. Raises `OSError` when the address is taken."""
+def reuse_port_socket(host: str, port: int, *, listen: bool) -> socket.socket:
+    """A socket bound to `host:port` with `SO_REUSEPORT` (listening when `listen`). Raises `OSError` when taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=2048)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        if listen:
+            sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def serve_workers(make_app: Callable[[], Any], host: str, port: int, workers: int, *, log_level: str = "info",
@@ -346,7 +281,7 @@ def serve_workers(make_app: Callable[[], Any], host: str, port: int, workers: in
     probe = make_app()   # fail here, once, on a setting that cannot work: not N times in the workers
     board = WorkerBoard(workers, probe.state.envkit_pool.max_sessions)
     del probe
-    listener = bind_listener(host, port)
+    listener = reuse_port_socket(host, port, listen=False)   # holds the address, and picks the port for 0
     supervisor = _Supervisor(workers, board, listener, make_app, log_level)
 
     def stop_on_signal(signum: int, frame: Any) -> None:
