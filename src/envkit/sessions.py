@@ -15,15 +15,16 @@ import inspect
 import logging
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel
 
 from .environment import Action, Environment, Observation
 from .memory import release_memory
+from .metrics import ServerMetrics
 from .protocol import CloseCode
 from .tools import ToolSpec
 
@@ -52,14 +53,22 @@ def new_session_id() -> str:
 
 
 class Session:
-    """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
+    """One environment instance, with the bookkeeping the pool needs to reap or close it.
 
-    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer, ping: Pinger | None = None,
-                 session_id: str | None = None) -> None:
+    A WebSocket session lives as long as its connection and is given `close_socket`; a detached
+    session (HTTP surfaces such as MCP or the Open Reward Standard, where an episode spans many
+    requests) has none, and gives its slot back itself when it ends (`owns_slot`).
+    """
+
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
+                 session_id: str | None = None, owns_slot: bool = False) -> None:
         self.id = session_id or new_session_id()
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
+        #: `end()` gives the pool slot back (detached sessions); else whoever opened the session does.
+        self.owns_slot = owns_slot
+        self._lock: asyncio.Lock | None = None
         #: Sends a WebSocket ping: given by transports whose keepalive the pool runs; None where the transport pings.
         self.ping = ping
         self.last_active = time.monotonic()
@@ -75,8 +84,11 @@ class Session:
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
 
-    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
+    async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call environment code where it belongs: on the loop if inline or async, else on a worker.
+
+        `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
+        """
         if self._inline:
             result = function(*args, **kwargs)
         else:
@@ -104,6 +116,19 @@ class Session:
     async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         return await self.run(getattr(self.env, spec.name), **arguments)
 
+    @contextlib.asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        """Serve one request of a detached session: requests run one at a time, and the reaper sees it busy."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self.busy = True
+            try:
+                yield
+            finally:
+                self.busy = False
+                self.last_active = time.monotonic()
+
     def pong_received(self) -> None:
         self.pong_due = None
         self.last_pong = time.monotonic()
@@ -122,9 +147,11 @@ class Session:
         self._closed = closed = asyncio.get_running_loop().create_future()
         pool = self.pool
         pool.forget(self)
+        pool.metrics.session_closed(code)
         pool.closing += 1
         try:
-            await self.close_socket(code, reason)
+            if self.close_socket is not None:
+                await self.close_socket(code, reason)
         except Exception:  # the socket may already be gone; the environment must still close
             logger.debug("closing socket of session %s failed", self.id, exc_info=True)
         try:
@@ -133,6 +160,8 @@ class Session:
             logger.exception("environment close() failed in session %s", self.id)
         finally:
             pool.closing -= 1
+            if self.owns_slot:
+                pool.release()
             closed.set_result(None)
 
 
@@ -148,13 +177,17 @@ class SessionPool:
     """
 
     RECLAIM_AFTER_S = 1.0
+    #: How many ended sessions `ended()` remembers, so a late request hears "gone" and why, not "unknown".
+    REMEMBER_ENDED = 65536
     #: Sessions that must have closed since the last reclaim before another is worth its pause (tens of ms).
     RECLAIM_MIN_CLOSED = 64
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
                  capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
-                 ping_timeout_s: float = 20.0) -> None:
+                 ping_timeout_s: float = 20.0, metrics: ServerMetrics | None = None) -> None:
         self.max_sessions = max_sessions
+        #: The server's counters (`GET /metrics`): sessions opened and closed here, frames and refusals by the transports.
+        self.metrics = metrics or ServerMetrics()
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
         #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
@@ -169,6 +202,7 @@ class SessionPool:
         #: A limit shared with other processes serving the same port (`envkit.workers`): a slot is taken
         #: there too, and given back there when released. None for a server of its own.
         self.shared_limit: SharedLimit | None = None
+        self._ended: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
         self._sweeper: asyncio.Task[None] | None = None
@@ -247,11 +281,24 @@ class SessionPool:
 
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
+        self.metrics.session_opened()
         if self._sweeper is None and (self.idle_timeout_s or (session.ping and self.ping_interval_s)):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="envkit-sweep")
 
     def forget(self, session: Session) -> None:
         self._sessions.pop(session.id, None)
+        if session.ended is not None:
+            self._ended[session.id] = session.ended
+            if len(self._ended) > self.REMEMBER_ENDED:
+                self._ended.popitem(last=False)
+
+    def get(self, session_id: str) -> Session | None:
+        """The open session with this id, or None."""
+        return self._sessions.get(session_id)
+
+    def ended(self, session_id: str) -> tuple[int, str] | None:
+        """(close code, reason) of a session that was open here and has ended; None if never seen or long gone."""
+        return self._ended.get(session_id)
 
     async def run_in_worker(self, function: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
