@@ -122,3 +122,31 @@ async def _assert_split(first: str, second: str) -> None:
     async with httpx.AsyncClient() as http:
         loads = [(await http.get(url + "/health")).json()["active_sessions"] for url in (first, second)]
     assert loads == [4, 4]
+
+
+def test_bench_and_eval_commands_take_several_servers() -> None:
+    import json
+    import subprocess
+    import sys
+
+    with ServedProcess("catch", "--max-concurrent-envs", "16") as first, \
+            ServedProcess("catch", "--max-concurrent-envs", "16") as second:
+        both = f"{first.url},{second.url}"
+        bench = subprocess.run([sys.executable, "-m", "envkit.cli", "bench", "--url", first.url, "--url", second.url,
+                                "--sessions", "8", "--steps", "2", "--action", '{"action_id": 1}', "--json", "--quiet"],
+                               capture_output=True, text=True, timeout=120)
+        assert bench.returncode == 0, bench.stderr
+        assert json.loads(bench.stdout)["sessions_ok"] == 8
+        evaluated = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", "catch", "--env-url", both,
+                                    "--policy", "solver", "--json"], capture_output=True, text=True, timeout=300)
+        assert evaluated.returncode == 0, evaluated.stderr
+        opened = [_opened_total(httpx.get(url + "/metrics").text) for url in (first.url, second.url)]
+    assert min(opened) >= 4, opened   # both servers had a share of the bench's sessions and of eval's episodes
+    bad = subprocess.run([sys.executable, "-m", "envkit.cli", "bench", "--url", "http://a:1 http://b:2"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "separate several with commas" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _opened_total(metrics: str) -> int:
+    line = next(line for line in metrics.splitlines() if line.startswith("envkit_sessions_opened_total "))
+    return int(float(line.split()[1]))
