@@ -150,3 +150,45 @@ def test_bench_and_eval_commands_take_several_servers() -> None:
 def _opened_total(metrics: str) -> int:
     line = next(line for line in metrics.splitlines() if line.startswith("envkit_sessions_opened_total "))
     return int(float(line.split()[1]))
+
+
+def test_registry_lists_live_servers_drops_gone_ones_and_refuses_bad_registrations() -> None:
+    """The registry without Ray: a server registers over a real WebSocket, clients place sessions from the listing."""
+    import time
+
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from envkit.registry import Registry, create_registry_app
+
+    registry = Registry(expected=1)
+    with running_server(create_registry_app(registry)) as root, counter_servers(4) as (server,):
+        register = root.replace("http://", "ws://") + "/register"
+        for bad in ("not json", '{"port": 1}'):
+            with connect(register) as socket:
+                socket.send(bad)
+                with pytest.raises(ConnectionClosed) as closed:
+                    socket.recv(timeout=5)
+            assert closed.value.rcvd.code == 1008 and "must describe the server" in closed.value.rcvd.reason
+        with connect(register) as socket:
+            socket.send(f'{{"url": "{server}", "replica": 0, "active_sessions": 0, "max_sessions": 4}}')
+            deadline = time.monotonic() + 5
+            while not registry.replicas and time.monotonic() < deadline:
+                time.sleep(0.02)
+            listing = httpx.get(root + "/replicas").json()
+            assert [entry["url"] for entry in listing["replicas"]] == [server]
+            assert (listing["max_sessions"], listing["live_replicas"]) == (4, 1)
+            client = EnvClient(root + "/replicas").sync()
+            assert client.reset(tag="placed").observation["tag"] == "placed" and client.client.http_url == server
+            socket.send('{"active_sessions": 1}')
+        deadline = time.monotonic() + 5   # the registration socket closed: the server is dropped
+        while registry.replicas and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert httpx.get(root + "/replicas").json()["replicas"] == []
+        assert client.step({"amount": 2}).observation["total"] == 2   # its open session is not the registry's
+        time.sleep(1.1)   # past the process's cached listing (1 s)
+        with pytest.raises(EnvConnectionError, match="no live server"):
+            EnvClient(root + "/replicas").sync().reset()
+        client.close()
+    with pytest.raises(EnvConnectionError, match="the registry did not answer"):
+        EnvClient(root + "/replicas", connect_timeout=2).sync().reset()

@@ -92,8 +92,10 @@ def create_registry_app(registry: Registry) -> FastAPI:
         await websocket.accept()
         try:
             first = orjson.loads(await websocket.receive_text())
-        except (WebSocketDisconnect, orjson.JSONDecodeError):
+        except WebSocketDisconnect:
             return
+        except orjson.JSONDecodeError:
+            first = None
         if not isinstance(first, dict) or not isinstance(first.get("url"), str):
             await websocket.close(1008, "the first frame must describe the server: {\"url\": ..., ...}")
             return

@@ -51,7 +51,7 @@ MAX_RESTART_PAUSE_S = 10.0
 #: Seconds to wait for workers to close their sessions on shutdown before killing them.
 STOP_TIMEOUT_S = 20.0
 
-_FIELDS = ("pid", "active", "restarts", "ready", "started_ms")
+_FIELDS = ("pid", "active", "restarts", "ready")
 
 
 def worker_shares(total: int, workers: int) -> list[int]:
@@ -101,7 +101,6 @@ class WorkerBoard:
             self.set(index, "pid", pid)
             self.set(index, "active", 0)
             self.set(index, "ready", 0)
-            self.set(index, "started_ms", int(time.time() * 1000))
 
     def ended(self, index: int) -> None:
         """Row `index`'s worker is gone: its sessions no longer count."""
