@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from typing import Iterator
@@ -192,3 +193,22 @@ def test_registry_lists_live_servers_drops_gone_ones_and_refuses_bad_registratio
         client.close()
     with pytest.raises(EnvConnectionError, match="the registry did not answer"):
         EnvClient(root + "/replicas", connect_timeout=2).sync().reset()
+
+
+def test_servers_that_do_not_report_their_load_take_sessions_in_turn() -> None:
+    """An OpenEnv-style `/health` (status only): a tiny FastAPI app stands in for it, with a real envkit server."""
+    from fastapi import FastAPI
+
+    status_only = FastAPI()
+
+    @status_only.get("/health")
+    async def health() -> dict:
+        return {"status": "healthy"}
+
+    with running_server(status_only) as one, running_server(status_only) as two:
+        placement = Placement([one, two, f"http://127.0.0.1:{free_port()}"])
+        summed = asyncio.run(placement.health())
+    assert "max_sessions" not in summed and summed["status"] == "healthy"   # the whole's limit is unknown
+    assert [server["max_sessions"] for server in summed["servers"][:2]] == [None, None]
+    assert not summed["servers"][2]["live"]
+    assert Counter(placement.assign(6)) == {one: 3, two: 3}

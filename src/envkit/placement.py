@@ -8,7 +8,8 @@ process with 512 clients polls each server about once a second, not 512 times. B
 sessions a process has just placed count as load, so a burst of resets spreads out instead of
 piling onto the server that looked emptiest a moment ago.
 
-A server that refuses a session (full) or cannot be reached is skipped until the next poll. The
+Servers that do not report their load (OpenEnv's `/health` has no counts) get new sessions in
+turn. A server that refuses a session (full) or cannot be reached is skipped until the next poll. The
 client never moves a live session: a lost server ends only its own sessions (`SessionLostError`),
 and the next `reset()` lands elsewhere.
 """
@@ -75,14 +76,26 @@ def _http_root(url: str) -> str:
     return http_url(url)
 
 
+#: The session limit assumed, for ranking only, of a server that does not state one.
+UNKNOWN_LIMIT = 64
+
+
+def _limit(document: dict[str, Any]) -> int | None:
+    value = document.get("max_sessions")
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 @dataclass
 class ServerLoad:
     """One server as the last poll saw it, plus the sessions placed on it since."""
 
     url: str
     active_sessions: int = 0
-    max_sessions: int = 0
+    #: None when the server does not say (an OpenEnv server's `/health`): never taken for full until it refuses.
+    max_sessions: int | None = 0
     live: bool = True
+    #: Set when the server refused a session: full until the next poll.
+    full: bool = False
     #: Sessions this process opened there since the poll (the poll does not count them yet).
     placed: int = 0
     #: Why the server is skipped, when it is.
@@ -91,12 +104,16 @@ class ServerLoad:
 
     @property
     def free(self) -> int:
+        if self.full:
+            return 0
+        if self.max_sessions is None:
+            return 1 << 30
         return self.max_sessions - self.active_sessions - self.placed
 
     @property
     def load(self) -> float:
         """Share of the server's slots taken, counting sessions placed since the poll."""
-        return (self.active_sessions + self.placed) / max(self.max_sessions, 1)
+        return (self.active_sessions + self.placed) / max(self.max_sessions or UNKNOWN_LIMIT, 1)
 
 
 class Placement:
@@ -170,7 +187,7 @@ class Placement:
         if not isinstance(document, dict):
             return ServerLoad(url, live=False, problem=f"/health answered HTTP {response.status_code}")
         healthy = document.get("status", "healthy") == "healthy"
-        return ServerLoad(url, int(document.get("active_sessions", 0)), int(document.get("max_sessions", 1)),
+        return ServerLoad(url, int(document.get("active_sessions", 0)), _limit(document),
                           live=healthy, problem="" if healthy else f"status {document.get('status')}",
                           details=document)
 
@@ -186,7 +203,7 @@ class Placement:
             raise EnvConnectionError(url, "not a registry: GET /replicas did not answer a replica listing "
                                      f"(HTTP {response.status_code}); is it the URL `envkit serve --ray` printed?")
         self.registry_health = {key: value for key, value in document.items() if key != "replicas"}
-        return [ServerLoad(entry["url"], int(entry.get("active_sessions", 0)), int(entry.get("max_sessions", 1)),
+        return [ServerLoad(entry["url"], int(entry.get("active_sessions", 0)), _limit(entry),
                            details=entry)
                 for entry in document["replicas"] if isinstance(entry, dict) and entry.get("url")]
 
@@ -205,7 +222,7 @@ class Placement:
             if placed:
                 server.placed += 1
             if full:
-                server.placed = max(server.placed, server.max_sessions - server.active_sessions)
+                server.full = True
             if problem:
                 server.live, server.problem = False, problem
 
@@ -267,7 +284,8 @@ class Placement:
         """One line per server, as last seen: `url active/max` or `url down (why)`."""
         with self._state_lock:
             servers = list(self.servers.values())
-        return "; ".join(f"{server.url} {server.active_sessions + server.placed}/{server.max_sessions}"
+        return "; ".join(f"{server.url} {server.active_sessions + server.placed}/{server.max_sessions or '?'}"
+                         f"{' full' if server.full else ''}"
                          if server.live else f"{server.url} down ({server.problem})" for server in servers)
 
     async def health(self) -> dict[str, Any]:
@@ -279,11 +297,13 @@ class Placement:
         document: dict[str, Any] = {
             "status": "healthy" if live else "unavailable",
             "active_sessions": sum(server.active_sessions for server in live),
-            "max_sessions": sum(server.max_sessions for server in live),
+            "max_sessions": sum(server.max_sessions or 0 for server in live),   # left out below when unknown
             "servers": [{"url": server.url, "live": server.live, "active_sessions": server.active_sessions,
                          "max_sessions": server.max_sessions, **({"problem": server.problem} if server.problem else {})}
                         for server in servers],
         }
+        if any(server.max_sessions is None for server in live):
+            del document["max_sessions"]   # a server that does not say: the whole's limit is unknown
         if self.registry is not None:
             document["registry"] = self.registry
         return document
