@@ -169,6 +169,7 @@ def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, 
         while not stop.wait(0.5):
             pass
     finally:
+        registry.stopping = True
         if handles:
             stop_replicas(handles)
         if ray.is_initialized():

@@ -42,6 +42,8 @@ class Registry:
         self.expected = expected
         self.replicas: dict[int, dict[str, Any]] = {}
         self._next = 0
+        #: Set while the servers are being stopped on purpose: their leaving is no news.
+        self.stopping = False
 
     def add(self, entry: dict[str, Any]) -> int:
         self._next += 1
@@ -56,7 +58,8 @@ class Registry:
     def drop(self, key: int) -> None:
         entry = self.replicas.pop(key, None)
         if entry is not None:
-            logger.warning("replica %s at %s is gone; dropped from the registry", entry.get("replica"), entry.get("url"))
+            logger.log(logging.INFO if self.stopping else logging.WARNING, "replica %s at %s is gone; dropped from "
+                       "the registry", entry.get("replica"), entry.get("url"))
 
     def listing(self) -> dict[str, Any]:
         replicas = sorted(self.replicas.values(), key=lambda entry: (entry.get("replica", 0), entry["url"]))
