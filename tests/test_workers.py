@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +17,7 @@ from conftest import subprocess_env
 
 from envkit import CapacityError, EnvClient, SessionLostError
 from envkit.testing import ServedProcess
-from envkit.workers import worker_shares
+from envkit.workers import WorkerBoard, worker_shares
 
 COUNTER = "sample_envs:PidCounterEnvironment"
 
@@ -35,6 +37,26 @@ def test_worker_shares_sum_to_the_limit() -> None:
     assert worker_shares(64, 2) == [32, 32]
     assert worker_shares(5, 3) == [2, 2, 1]
     assert sum(worker_shares(7, 4)) == 7
+
+
+def _hold_the_lock_forever(board: WorkerBoard, holding: Any) -> None:
+    board._lock.acquire()
+    holding.set()
+    time.sleep(60)
+
+
+def test_a_worker_killed_while_holding_the_count_lock_does_not_stall_the_others() -> None:
+    board = WorkerBoard(2, 4)
+    assert board.try_reserve(0) and board.try_reserve(1)
+    context = multiprocessing.get_context("fork")
+    holding = context.Event()
+    holder = context.Process(target=_hold_the_lock_forever, args=(board, holding))
+    holder.start()
+    assert holding.wait(30), "the other process did not take the lock"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(10)
+    board.ended(0)   # the supervisor's call when a worker dies
+    assert board.try_reserve(1) and [row["active_sessions"] for row in board.rows()] == [0, 2]
 
 
 def test_workers_share_the_port_the_limit_and_health_and_survive_a_killed_worker() -> None:

@@ -48,6 +48,8 @@ logger = logging.getLogger("envkit.workers")
 #: A worker that dies sooner than this after starting is restarted only after a growing pause.
 QUICK_DEATH_S = 2.0
 MAX_RESTART_PAUSE_S = 10.0
+#: A lock on the shared session count held this long belonged to a worker that died holding it (seconds).
+LOCK_STUCK_S = 0.5
 #: Seconds to wait for workers to close their sessions on shutdown before killing them.
 STOP_TIMEOUT_S = 20.0
 
@@ -103,10 +105,20 @@ class WorkerBoard:
             self.set(index, "ready", 0)
 
     def ended(self, index: int) -> None:
-        """Row `index`'s worker is gone: its sessions no longer count."""
-        with self._lock:
+        """Row `index`'s worker is gone: its sessions no longer count.
+
+        A worker killed inside its few-microsecond hold of the lock leaves it taken: a lock still
+        taken after `LOCK_STUCK_S` is released here, so the other workers do not wait forever.
+        """
+        if not self._lock.acquire(timeout=LOCK_STUCK_S):
+            logger.warning("the session count's lock was held by the dead worker %d; releasing it", index)
+            self._lock.release()
+            self._lock.acquire()
+        try:
             for name in ("pid", "active", "ready"):
                 self.set(index, name, 0)
+        finally:
+            self._lock.release()
 
     def rows(self) -> list[dict[str, Any]]:
         """Every worker's row, for `/health`."""
