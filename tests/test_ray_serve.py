@@ -149,3 +149,12 @@ def test_unreachable_ray_address_is_one_clear_line(cluster: Cluster) -> None:
                             env=subprocess_env(**LOOPBACK_ONLY))
     assert result.returncode == 1, result.stderr
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_loopback_registry_is_refused_when_replicas_run_on_other_machines() -> None:
+    from envkit.ray_serve import RayServeError, _registry_url_for_nodes
+
+    assert _registry_url_for_nodes("127.0.0.1", 8000, {"127.0.0.1"}) == "http://127.0.0.1:8000"
+    assert _registry_url_for_nodes("10.0.0.1", 8000, {"10.0.0.1", "10.0.0.2"}) == "http://10.0.0.1:8000"
+    with pytest.raises(RayServeError, match=r"other machines \(10.0.0.2\) cannot reach; pass --host 0.0.0.0"):
+        _registry_url_for_nodes("127.0.0.1", 8000, {"127.0.0.1", "10.0.0.2"})

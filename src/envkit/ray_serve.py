@@ -117,6 +117,18 @@ def stop_replicas(handles: list[Any]) -> None:
             ray.kill(handle, no_restart=True)
 
 
+def _registry_url_for_nodes(host: str, port: int, node_addresses: set[str]) -> str:
+    """The registry's URL as the replicas on every node can reach it; raises when some cannot."""
+    if host in ("0.0.0.0", "::", ""):
+        return f"http://{ray.util.get_node_ip_address()}:{port}"
+    loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+    remote = sorted(address for address in node_addresses if not address.startswith("127."))
+    if loopback and remote:
+        raise RayServeError(f"the registry would listen on {host}, which replicas on other machines ({', '.join(remote)}) "
+                            "cannot reach; pass --host 0.0.0.0 or this machine's cluster address")
+    return f"http://{host}:{port}"
+
+
 def _check_reachable(address: str) -> None:
     """Fail in seconds, not never, on an address where no Ray head answers (`ray.init` retries forever)."""
     host, _, port = address.split("://")[-1].rpartition(":")
@@ -146,7 +158,6 @@ def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, 
         if not registry_thread.is_alive():
             raise RayServeError(f"the registry cannot listen on {host}:{port} (is the port taken?)")
         time.sleep(0.02)
-    registry_url = f"http://{host}:{registry_server.port}"
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     handles: list[Any] = []
@@ -157,8 +168,11 @@ def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, 
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_level == "debug")
         except (ConnectionError, ValueError, RuntimeError) as error:
             raise RayServeError(f"cannot reach the Ray cluster at {address or 'auto'}: {error}") from None
-        say(f"envkit: Ray cluster with {len([n for n in ray.nodes() if n['Alive']])} node(s); starting "
-            f"{replicas} replica(s) of {target} ({num_cpus:g} CPU each)")
+        nodes = [node for node in ray.nodes() if node["Alive"]]
+        registry_url = _registry_url_for_nodes(host, registry_server.port,
+                                               {node["NodeManagerAddress"] for node in nodes})
+        say(f"envkit: Ray cluster with {len(nodes)} node(s); starting {replicas} replica(s) of {target} "
+            f"({num_cpus:g} CPU each)")
         handles = start_replicas(target, settings, registry_url, replicas=replicas, num_cpus=num_cpus,
                                  max_restarts=max_restarts)
         for info in ray.get([handle.info.remote() for handle in handles]):
