@@ -97,12 +97,13 @@ def scale_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     options = [
         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Server processes on this machine behind the one port, each with its share of "
-                          "--max-concurrent-envs; one that dies is restarted (only its sessions are lost)."),
+                     help="Server processes on this machine behind the one port; --max-concurrent-envs is their "
+                          "whole's limit (each holds about an N-th); one that dies is restarted (only its sessions "
+                          "are lost). /health answers for all of them."),
         click.option("--ray", "ray", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
                      help="Run the servers as actors on a Ray cluster (ADDRESS: e.g. 10.0.0.1:6379; none: the cluster "
                           "Ray finds or starts); --host/--port are then the registry's, which lists the live "
-                          "servers at /replicas. Needs envkit[ray]."),
+                          "servers at /replicas; each server has --max-concurrent-envs. Needs envkit[ray]."),
         click.option("--replicas", type=click.IntRange(min=1), default=None,
                      help="With --ray: envkit servers to run, spread over the cluster's nodes. [default: 2]"),
         click.option("--num-cpus", type=click.FloatRange(min=0), default=None,
