@@ -103,8 +103,6 @@ class EnvClient:
                  message_timeout: float = 60.0, ping_interval: float | None = 5.0, ping_timeout: float | None = 5.0,
                  headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20) -> None:
         servers = parse_server_urls(base_url)
-        #: Chooses the server of each new session when there are several (None: one server).
-        self.placement = Placement.shared(servers) if len(servers) > 1 or is_registry_url(servers[0]) else None
         self.base_url = base_url if isinstance(base_url, str) else ",".join(servers)
         self.ws_url = websocket_url(servers[0])
         self.http_url = http_url(servers[0])
@@ -114,6 +112,9 @@ class EnvClient:
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.headers = {FEATURES_HEADER: "text,metrics", **(headers or {})}
+        #: Chooses the server of each new session when there are several (None: one server).
+        self.placement = (Placement.shared(servers, headers=headers)
+                          if len(servers) > 1 or is_registry_url(servers[0]) else None)
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None

@@ -124,7 +124,7 @@ class Placement:
     returned for the first that accepts.
     """
 
-    _shared: dict[tuple[tuple[str, ...], float], Placement] = {}
+    _shared: dict[tuple[Any, ...], Placement] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, urls: Sequence[str], *, ttl_s: float = 1.0, timeout_s: float = 5.0,
@@ -144,8 +144,8 @@ class Placement:
     @classmethod
     def shared(cls, urls: Sequence[str], *, ttl_s: float = 1.0, timeout_s: float = 5.0,
                headers: dict[str, str] | None = None) -> Placement:
-        """The process-wide placement for these servers (created on first use)."""
-        key = (tuple(parse_server_urls(urls)), ttl_s)
+        """The process-wide placement for these servers and request headers (created on first use)."""
+        key = (tuple(parse_server_urls(urls)), ttl_s, tuple(sorted((headers or {}).items())))
         with cls._shared_lock:
             placement = cls._shared.get(key)
             if placement is None:
