@@ -212,3 +212,31 @@ def test_servers_that_do_not_report_their_load_take_sessions_in_turn() -> None:
     assert [server["max_sessions"] for server in summed["servers"][:2]] == [None, None]
     assert not summed["servers"][2]["live"]
     assert Counter(placement.assign(6)) == {one: 3, two: 3}
+
+
+def test_training_episodes_spread_over_servers_and_a_lost_one_costs_only_its_episodes() -> None:
+    """The class `envkit train` hands to TRL, bound to two servers (a comma-separated --env-url)."""
+    from envkit.train import bind
+
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "8", env=subprocess_env()) as doomed, \
+            counter_servers(8) as (survivor,):
+        cls = bind(f"{doomed.url},{survivor}", reconnect_timeout=0)
+        environments = [cls() for _ in range(4)]
+        for environment in environments:
+            environment.reset(tag="episode")
+            environment.add(amount=1)
+        loads = [health["active_sessions"] for health in (httpx.get(url + "/health").json()
+                                                           for url in (doomed.url, survivor))]
+        assert loads == [2, 2]
+        doomed.kill()
+        outcomes = []
+        for environment in environments:
+            try:
+                outcomes.append(environment.add(amount=1))
+            except ValueError as error:
+                outcomes.append(str(error).split(":")[0])
+        assert Counter(outcomes) == {'{"total": 2, "tag": "episode"}': 2, "Episode lost": 2}
+        for environment in environments:   # the next episodes all land on the survivor
+            assert environment.reset(tag="next").endswith('{"total": 0, "tag": "next"}')
+        assert httpx.get(survivor + "/health").json()["active_sessions"] == 4
+        cls._close_all()
