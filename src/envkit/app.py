@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .mcp import McpEndpoint
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
@@ -40,7 +41,7 @@ def create_app(
     ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+    """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -103,6 +104,8 @@ def create_app(
     app.state.envkit_pool = pool
     app.include_router(build_router(documents))
     app.add_api_websocket_route("/ws", handler)
+    mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
+    app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return app
 
 

@@ -69,8 +69,14 @@ class Session:
         self._closed: asyncio.Future[None] | None = None
         env_class = type(env)
         self._inline = env_class.RUN_INLINE
+        self._allows_step_before_reset = env_class.ALLOWS_STEP_BEFORE_RESET
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
+
+    @property
+    def may_step(self) -> bool:
+        """Whether steps and tool calls may run now: after a reset, or always where the environment allows it."""
+        return self.has_reset or self._allows_step_before_reset
 
     async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
