@@ -28,7 +28,7 @@ from .episodes import Episodes
 from .jsonrpc import (INTERNAL_ERROR, INVALID_REQUEST, Message, RpcError, error_response, parse_message,
                       result_response)
 from .openenv_dialect import OpenEnvDialect
-from .standard import MODERN_VERSIONS, StandardDialect
+from .standard import StandardDialect
 
 __all__ = ["McpEndpoint", "SESSION_HEADER"]
 
@@ -92,8 +92,10 @@ class McpEndpoint:
             headers[SESSION_HEADER] = self._new_mcp_session()
         elif owned is not None:
             headers[SESSION_HEADER] = mcp_session_id
-        if request.headers.get(_PROTOCOL_HEADER) in MODERN_VERSIONS and isinstance(reply.get("result"), dict):
-            reply["result"].setdefault("resultType", "complete")
+        if isinstance(reply.get("result"), dict) and (
+                message.method == "server/discover"
+                or StandardDialect.is_modern(message, request.headers.get(_PROTOCOL_HEADER))):
+            StandardDialect.modern_result(message.method, reply["result"])
         return _reply(request, reply, headers=headers)
 
     async def _answer(self, message: Message, owned: set[str] | None) -> dict[str, Any]:

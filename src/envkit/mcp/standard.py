@@ -33,6 +33,10 @@ __all__ = ["StandardDialect", "HANDSHAKE_VERSIONS", "MODERN_VERSIONS"]
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 #: Stateless revisions, found by `server/discover`: no handshake, every request stands alone.
 MODERN_VERSIONS = ("2026-07-28",)
+#: Methods whose 2026-07-28 results carry caching directives (`ttlMs`, `cacheScope`).
+_CACHEABLE = ("server/discover", "tools/list")
+_SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+_PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 EPISODE_ID = "episode_id"
 RESET, CLOSE = "reset", "close"   # never an environment tool's name: `tool_specs` refuses both
 
@@ -62,8 +66,8 @@ class StandardDialect:
             return self._initialize(params)
         if method == "server/discover":
             return {"supportedVersions": [*HANDSHAKE_VERSIONS, *MODERN_VERSIONS],
-                    "capabilities": {"tools": {"listChanged": False}}, "serverInfo": self.server_info,
-                    "instructions": self.instructions}
+                    "capabilities": {"tools": {"listChanged": False}}, "instructions": self.instructions,
+                    "_meta": {_SERVER_INFO_META: self.server_info}}
         if method == "ping":
             return {}
         if method == "tools/list":
@@ -72,6 +76,22 @@ class StandardDialect:
             return await self._call(params, track)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}; this server answers initialize, ping, "
                                          "tools/list, tools/call and server/discover")
+
+    @staticmethod
+    def is_modern(message: Message, protocol_header: str | None) -> bool:
+        """Whether `message` comes from a client of a stateless revision (by its header or its `_meta`)."""
+        meta = message.params.get("_meta")
+        stamped = meta.get(_PROTOCOL_VERSION_META) if isinstance(meta, dict) else None
+        return protocol_header in MODERN_VERSIONS or stamped in MODERN_VERSIONS
+
+    @staticmethod
+    def modern_result(method: str | None, result: dict[str, Any]) -> dict[str, Any]:
+        """`result` as the 2026-07-28 revision shapes it: a result type, and caching directives where it asks."""
+        result.setdefault("resultType", "complete")
+        if method in _CACHEABLE:
+            result.setdefault("ttlMs", 0)
+            result.setdefault("cacheScope", "private")
+        return result
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         asked = params.get("protocolVersion")
