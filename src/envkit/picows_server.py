@@ -8,7 +8,8 @@ environment is answered inside its callback, with no task per connection or per 
 pings come from the session pool's one sweep over all sessions).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
-HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
+HTTP (no `/docs`, no middleware, and none of the surfaces in `NOT_SERVED`, such as `/mcp`; `/metadata`
+says so), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
@@ -43,10 +44,10 @@ from picows import (
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
-from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, ErrorCode, error_frame
 from .routes import Documents
 from .sessions import Session, new_session_id
-from .ws_handler import Refusal, SessionHandler, wants_text
+from .ws_handler import ATTACH_PARAMETER, Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
 
@@ -314,6 +315,10 @@ class WaitingListener(MessageListener):
             self.session_listener.on_ws_disconnected(transport)
 
 
+#: The app's surfaces this transport does not serve; `/metadata` lists them under `not_served`.
+NOT_SERVED = ("/mcp",)
+
+
 class PicowsServer:
     """Serves an app made by `create_app` with picows: `/ws` and the HTTP documents on one port."""
 
@@ -325,15 +330,24 @@ class PicowsServer:
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/metadata": orjson.dumps({**self.documents.metadata, "transport": "picows",
+                                                  "not_served": list(NOT_SERVED)}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         self.server: asyncio.Server | None = None
 
     def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         """picows's listener factory: HTTP documents by path, a session for `/ws`."""
-        path = request.path.partition(b"?")[0]
+        path, _, query = request.path.partition(b"?")
         if path == b"/ws":
+            if ATTACH_PARAMETER.encode() + b"=" in query:
+                message = ("the picows transport serves no /mcp, so it has no sessions to attach to; serve with "
+                           "--transport uvicorn")
+                return _refused(Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message),
+                                        CloseCode.SESSION_UNAVAILABLE, "session unavailable", message))
             return self._open_session(request)
+        if path.decode("latin-1") in NOT_SERVED:
+            detail = f"the picows transport does not serve {path.decode('latin-1')}; serve with --transport uvicorn"
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": detail}), _JSON))
         if request.method != b"GET":
             return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
         if path == b"/health":

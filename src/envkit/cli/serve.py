@@ -29,12 +29,12 @@ from ..errors import ConfigurationError
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
               help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
-                   "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
+                   "/ws and GET /health /schema /metadata /tools only: it does not serve /mcp; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
-    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
+    """Serve TARGET over WebSocket at /ws and to MCP clients at /mcp (with /health, /schema, /metadata, /tools).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
