@@ -88,6 +88,16 @@ def test_openenv_mcp_tool_client_runs_the_echo_example_and_shares_one_game_with_
     assert health(echo_server)["active_sessions"] == 0                               # the client closed its session
 
 
+def test_openenv_mcp_tool_client_is_refused_at_capacity_and_told_its_reaped_session_is_gone(
+        openenv_python: str) -> None:
+    with running_server(app_for(max_concurrent_envs=1, session_timeout_s=0.5, capacity_wait_s=0)) as url:
+        first, second, after = run_peer(openenv_python, "openenv_capacity.py", url, "0.5")
+        assert health(url)["active_sessions"] == 0
+    assert first == {"first": "mine"}
+    assert "Failed to create MCP session: server at capacity: 1/1" in second["second_refused"]
+    assert "is gone: idle timeout" in after["after_reap"]
+
+
 @pytest.mark.parametrize("name", ["echo", "wordle", "catch"])
 def test_openenv_validate_passes_against_envkit_serve(openenv_python: str, name: str) -> None:
     openenv = str(Path(openenv_python).parent / "openenv")

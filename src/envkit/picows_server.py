@@ -27,6 +27,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, Generator, Iterator
+from urllib.parse import parse_qs
 
 import orjson
 import uvloop
@@ -339,7 +340,7 @@ class PicowsServer:
         """picows's listener factory: HTTP documents by path, a session for `/ws`."""
         path, _, query = request.path.partition(b"?")
         if path == b"/ws":
-            if ATTACH_PARAMETER.encode() + b"=" in query:
+            if ATTACH_PARAMETER in parse_qs(query.decode("latin-1")):
                 message = ("the picows transport serves no /mcp, so it has no sessions to attach to; serve with "
                            "--transport uvicorn")
                 return _refused(Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message),
