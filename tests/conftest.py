@@ -94,7 +94,7 @@ def openenv_python() -> str:
 
 @pytest.fixture(scope="session")
 def mcp1_python() -> str:
-    """The `mcp` SDK 1.x (`$ENVKIT_MCP1_PYTHON`, else benchmarks/.venv-mcp1; 1.30.0 is what openenv 0.10.0 resolves to)."""
+    """The `mcp` SDK 1.x (`$ENVKIT_MCP1_PYTHON`, else benchmarks/.venv-mcp1; 1.30.0, as openenv 0.10.0 resolves)."""
     return third_party_python("mcp1", "mcp==1.30.0", "mcp", "ENVKIT_MCP1_PYTHON")
 
 

@@ -42,7 +42,8 @@ logger = logging.getLogger("envkit.server")
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "wants_text", "summarise_validation_error", "ATTACH_PARAMETER"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused", "wants_text", "summarise_validation_error",
+           "ATTACH_PARAMETER"]
 
 
 class Refusal(NamedTuple):
@@ -226,8 +227,8 @@ class SessionHandler:
         message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
-                                               max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity",
-                       message)
+                                               max_sessions=pool.max_sessions),
+                       CloseCode.CAPACITY, "server at capacity", message)
 
     @staticmethod
     def factory_refusal(error: Exception) -> Refusal:

@@ -1,7 +1,8 @@
 """Play echo episodes through the official `mcp` SDK's streamable-HTTP client (1.x or 2.x); run with that venv's python.
 
-    python sdk_episodes.py URL N [legacy]   → N clients at once (2.x with `legacy`: the initialize handshake), each: list tools, reset, echo its own message twice,
-                                     read it back; prints one JSON line per client, then one for the errors.
+    python sdk_episodes.py URL N [legacy]
+        N clients at once (2.x with `legacy`: the initialize handshake), each: list tools, reset, echo its own
+        message twice, echo_with_length, close; one JSON line per client, then one for the protocol errors.
 """
 
 import asyncio
