@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Generic, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .episode_metrics import Metric
+
 __all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
 
 
@@ -95,6 +97,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
+    #: The episode metrics an evaluation table shows for this environment (`envkit.metrics.Metric`); their
+    #: values come from `episode_metrics()`.
+    METRICS: ClassVar[Sequence[Metric]] = ()
 
     @classmethod
     def splits(cls) -> list[str]:
@@ -129,6 +134,13 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
         """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
         return None
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The current episode's value of every metric in `METRICS` (quick, no I/O: servers call it after each move).
+
+        Booleans count as 1 and 0. The default reports nothing.
+        """
+        return {}
 
     @abstractmethod
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:

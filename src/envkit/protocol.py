@@ -8,11 +8,15 @@ Frames are JSON text, OpenEnv-compatible:
             {"type": "state", "data": {...}} | {"type": "error", "data": {"message": m, "code": c}}
             {"type": "tool_result", "data": {"tool": name, "result": text, ...}}         (envkit)
 
+Clients that name features in the `x-envkit-features` handshake header get extra fields in those
+frames (`Features`); others get exactly OpenEnv's frames.
+
 Both the server and the client use this module, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -21,17 +25,38 @@ import orjson
 from .environment import Observation
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError",
-    "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
-    "tool_result_payload", "tool_result_text",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "FrameError", "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
+    "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]
 
 SESSION_ID_HEADER = "x-envkit-session-id"
 #: Sent with the handshake of a connection the server accepts only to refuse it (capacity, shutdown, factory).
 REFUSED_HEADER = "x-envkit-refused"
-#: Sent by a client with the handshake; `text` asks for observation frames to carry `"text"`, the observation rendered
-#: by `Observation.as_text()` (what a language model reads). Plain OpenEnv clients do not send it and get plain frames.
+#: Sent by a client with the handshake: the envkit additions it wants in reply frames (see `Features`). Plain OpenEnv
+#: clients do not send it and get plain frames.
 FEATURES_HEADER = "x-envkit-features"
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a client asked for in its `x-envkit-features` header (comma-separated names).
+
+    Attributes:
+        text: observation frames carry `"text"`, the observation rendered by `Observation.as_text()`
+            (what a language model reads).
+        metrics: observation and tool result frames carry `"metrics"`, the environment's
+            `episode_metrics()` after the move (environments that declare `METRICS` only).
+    """
+
+    text: bool = False
+    metrics: bool = False
+
+    @classmethod
+    def parse(cls, header: str) -> Features:
+        """The features named in a header value such as `"text, metrics"`; unknown names are ignored."""
+        names = {name.strip() for name in header.split(",")}
+        return cls(text="text" in names, metrics="metrics" in names)
 
 
 class ErrorCode:
@@ -122,10 +147,13 @@ def observation_payload(observation: Observation) -> dict[str, Any]:
     return payload
 
 
-def observation_frame(observation: Observation, *, with_text: bool = False) -> str:
+def observation_frame(observation: Observation, *, with_text: bool = False,
+                      metrics: dict[str, Any] | None = None) -> str:
     data = observation_payload(observation)
     if with_text:
         data["text"] = observation.as_text()
+    if metrics is not None:
+        data["metrics"] = metrics
     return encode({"type": "observation", "data": data})
 
 
@@ -148,7 +176,8 @@ def tool_result_text(result: Any) -> str:
 
 
 def tool_result_payload(tool: str, result: Any) -> dict[str, Any]:
-    """The `data` of a tool result frame: the text, and for an Observation its fields, reward and done."""
+    """What a tool returned, as every surface reports it: `result` (the text an agent reads), and
+    `observation`, `reward` and `done` when the tool returned an `Observation` (None otherwise)."""
     data: dict[str, Any] = {"tool": tool}
     if isinstance(result, Observation):
         data.update(observation_payload(result))
@@ -158,5 +187,8 @@ def tool_result_payload(tool: str, result: Any) -> dict[str, Any]:
     return data
 
 
-def tool_result_frame(tool: str, result: Any) -> str:
-    return encode({"type": "tool_result", "data": tool_result_payload(tool, result)})
+def tool_result_frame(tool: str, result: Any, *, metrics: dict[str, Any] | None = None) -> str:
+    data = tool_result_payload(tool, result)
+    if metrics is not None:
+        data["metrics"] = metrics
+    return encode({"type": "tool_result", "data": data})

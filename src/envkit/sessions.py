@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from .environment import Action, Environment, Observation
 from .memory import release_memory
+from .metrics import ServerMetrics
 from .protocol import CloseCode
 from .tools import ToolSpec
 
@@ -78,8 +79,11 @@ class Session:
         """Whether steps and tool calls may run now: after a reset, or always where the environment allows it."""
         return self.has_reset or self._allows_step_before_reset
 
-    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
+    async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call environment code where it belongs: on the loop if inline or async, else on a worker.
+
+        `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
+        """
         if self._inline:
             result = function(*args, **kwargs)
         else:
@@ -138,6 +142,7 @@ class Session:
         self._closed = closed = asyncio.get_running_loop().create_future()
         pool = self.pool
         pool.forget(self)
+        pool.metrics.session_closed(code)
         pool.closing += 1
         try:
             if self.close_socket is not None:
@@ -174,8 +179,10 @@ class SessionPool:
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
                  capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
-                 ping_timeout_s: float = 20.0) -> None:
+                 ping_timeout_s: float = 20.0, metrics: ServerMetrics | None = None) -> None:
         self.max_sessions = max_sessions
+        #: The server's counters (`GET /metrics`): sessions opened and closed here, frames and refusals by the transports.
+        self.metrics = metrics or ServerMetrics()
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
         #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
@@ -257,6 +264,7 @@ class SessionPool:
 
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
+        self.metrics.session_opened()
         if self._sweeper is None and (self.idle_timeout_s or (session.ping and self.ping_interval_s)):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="envkit-sweep")
 

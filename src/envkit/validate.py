@@ -1,7 +1,7 @@
 """`envkit validate`: tell an env author exactly what their env folder or running server gets wrong.
 
     report = validate_folder(Path("envs/echo"))        # files, manifest, import, tools, Dockerfile
-    report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency
+    report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency, ORS
     print(report.table()); sys.exit(0 if report.ok else 1)
 
 Each check ends `ok`, `warn` (works, but a consumer may trip over it) or `fail` (with the fix).
@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
-from .errors import CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError
+from .errors import CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError, SessionLostError
+from .ors_client import OrsServer, is_ors_server
 from .protocol import ErrorCode
 from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
 from .tools import tool_specs
 
-__all__ = ["Check", "Report", "validate_folder", "validate_url", "example_from_schema", "read_front_matter",
-           "SPACE_FILES"]
+__all__ = ["Check", "Report", "validate_folder", "validate_url", "check_ors", "example_from_schema",
+           "read_front_matter", "SPACE_FILES"]
 
 Status = Literal["ok", "warn", "fail"]
 #: Files every env folder needs to become a Space.
@@ -265,10 +266,17 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
 
     report = Report(url)
     client = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
+    health: dict[str, Any] | None = None
     try:
         health = await client.health()
     except ClientError as error:
-        report.add("health", [f"{error}; is the server running at this address?"], "")
+        failure = error
+    if ((health is None or health.get("status") != "healthy") and url.startswith(("http://", "https://"))
+            and await asyncio.to_thread(is_ors_server, url, timeout)):
+        await asyncio.to_thread(check_ors, report, url, timeout)   # a server of the Open Reward Standard only
+        return report
+    if health is None:
+        report.add("health", [f"{failure}; is the server running at this address?"], "")
         return report
     max_sessions = health.get("max_sessions")
     report.add("health", [] if health.get("status") == "healthy" else [f"status is {health.get('status')!r}"],
@@ -298,7 +306,101 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
     await _check_mcp(report, client.http_url, timeout, [tool for tool in tools if not _tool_listing_problems(tool)])
+    ors = (await _get_json(client.http_url + "/metadata", timeout)).get("ors") or {}
+    if ors.get("served"):
+        await asyncio.to_thread(check_ors, report, client.http_url, timeout)
+    elif ors:
+        report.add("ors", [f"not served: {ors.get('why', 'this server does not serve it')}"], "", warn=True)
     return report
+
+
+# -- Open Reward Standard ------------------------------------------------------------------------
+
+
+def check_ors(report: Report, url: str, timeout: float = 10.0) -> None:
+    """The ORS routes as the openreward SDK uses them: catalogue, tools, one session (prompt, a tool call, delete),
+    and that refusals come back in the ORS shape. Blocking (HTTP); every check is named `ors ...`."""
+    try:
+        server = OrsServer(url, timeout=timeout)
+        splits = {split: server.num_tasks(split) for split in server.splits()}
+        tools = server.tools()
+    except EnvkitError as error:
+        report.add("ors catalogue", [str(error)], "")
+        return
+    try:
+        problems = [] if splits else ["no splits: ORS clients (TRL's OpenRewardSpec) build their dataset from "
+                                      "tasks; list some in the environment's TASKS"]
+        problems += [f"split {split!r} has no tasks" for split, count in splits.items() if not count]
+        counts = ", ".join(f"{split} ({count} tasks)" for split, count in splits.items())
+        report.add("ors catalogue", problems, f"{server.env_name}: splits {counts}", warn=True)
+        listed = [{"function": tool} for tool in tools]
+        problems = [f"tool {tool['name']!r}: {problem}" for tool, entry in zip(tools, listed)
+                    for problem in _tool_listing_problems(entry)]
+        report.add("ors tools", problems or ([] if tools else ["no tools"]),
+                   f"{len(tools)} tool(s): {', '.join(tool['name'] for tool in tools)}")
+        if not tools:
+            return
+        split = next((name for name, count in splits.items() if count), None)
+        _check_ors_session(report, server, split, tools[0])
+        _check_ors_refusals(report, server, split, splits.get(split or "", 0))
+    finally:
+        server.close()
+
+
+def _check_ors_session(report: Report, server: OrsServer, split: str | None, tool: dict[str, Any]) -> None:
+    """One session: task 0 of `split`, or (no tasks) an empty task spec; its prompt, a tool call, delete."""
+    arguments = example_from_schema(tool.get("parameters") or {})
+    task = f"task 0 of {split!r}" if split else "an empty task spec"
+    try:
+        session = server.open(split=split, index=0) if split else server.open(task_spec={})
+    except EnvkitError as error:
+        report.add("ors session", [f"opening {task}: {error}"], "")
+        return
+    try:
+        report.add("ors session", [] if session.prompt.strip() else ["the prompt is empty"],
+                   f"{task}, prompt {session.prompt.strip()[:50]!r}")
+        try:
+            result = session.call(tool["name"], arguments)
+            report.add("ors call", [], f"{tool['name']}({arguments}) → {result.text[:50]!r}, reward {result.reward}, "
+                                       f"finished {result.done}")
+        except EnvError as error:
+            report.add("ors call", [f"{tool['name']}({arguments}): {error}"], "",
+                       warn=error.code == "INPUT_VALIDATION")
+    finally:
+        session.close()
+    try:
+        session.call(tool["name"], arguments)
+        report.add("ors delete", ["a call on a deleted session was answered; it should get 410 (or 404)"], "")
+    except SessionLostError:
+        report.add("ors delete", [], "a call on the deleted session answers 410/404")
+    except EnvkitError as error:
+        report.add("ors delete", [f"a call on a deleted session: {error}; expected 410 (or 404)"], "")
+
+
+def _check_ors_refusals(report: Report, server: OrsServer, split: str | None, count: int) -> None:
+    problems = []
+    try:
+        server.open(split=split or "no-such-split", index=count).close()
+        problems.append(f"task {count} of {split!r} (one past the end) was opened; expected a 4xx refusal")
+    except EnvError as error:
+        if not 400 <= int(error.details.get("status", 0)) < 500:
+            problems.append(f"an index past the end got {error}; expected a 4xx refusal")
+    except EnvkitError as error:
+        problems.append(f"an index past the end: {error}")
+    session = None
+    try:
+        session = server.open(split=split, index=0) if split else server.open(task_spec={})
+        session.call("no_such_tool_here", {})
+        problems.append("an unknown tool was answered with ok: true")
+    except EnvError as error:
+        if error.code != "NOT_FOUND":
+            problems.append(f"an unknown tool got reason {error.code.lower()!r}; the SDK expects 'not_found'")
+    except EnvkitError as error:
+        problems.append(f"an unknown tool: {error}")
+    finally:
+        if session is not None:
+            session.close()
+    report.add("ors refusals", problems, "a bad task index and an unknown tool are refused in the ORS shape")
 
 
 async def _get_json(url: str, timeout: float) -> dict[str, Any]:

@@ -17,12 +17,13 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .environment import Action, Environment, Observation
 from .protocol import (
     FEATURES_HEADER,
     REFUSED_HEADER,
+    Features,
     SESSION_ID_HEADER,
     CloseCode,
     ErrorCode,
@@ -42,8 +43,7 @@ logger = logging.getLogger("envkit.server")
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "wants_text", "summarise_validation_error",
-           "ATTACH_PARAMETER"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER"]
 
 
 class Refusal(NamedTuple):
@@ -67,20 +67,19 @@ class SessionRefused(Exception):
         self.refusal = refusal
 
 
-def wants_text(features: str) -> bool:
-    """Whether the client's `x-envkit-features` handshake header asks for `"text"` in observation frames."""
-    return "text" in features.replace(" ", "").split(",")
-
-
-def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
-    """Names `reset` accepts, or None when it takes `**kwargs` (then every key is passed on)."""
+def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
+    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
+    name of its bound first parameter (`self`), which no keyword can reach."""
     method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+    parameters = list(inspect.signature(method).parameters.values())
+    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
     names = set()
-    for param in list(inspect.signature(method).parameters.values())[1:]:
+    for param in parameters[1:]:
         if param.kind is param.VAR_KEYWORD:
-            return None
-        names.add(param.name)
-    return frozenset(names)
+            return None, bound
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    return frozenset(names), bound
 
 
 class SessionHandler:
@@ -93,9 +92,10 @@ class SessionHandler:
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
-        self.reset_names = reset_parameters(env_class)
+        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
         self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
         self.inline_factory = env_class.RUN_INLINE
+        self.has_metrics = bool(env_class.METRICS)
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
@@ -120,17 +120,19 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
                 reply = await self.handle(session, raw if raw is not None else message.get("bytes") or b"",
-                                          with_text=with_text)
+                                          features=features)
                 if reply is None or session.ended is not None:
                     return
                 await websocket.send_text(reply)
+        except WebSocketDisconnect:   # the client went away while its reply was being sent: nothing to log
+            return
         finally:
             try:
                 if session is not None:
@@ -154,7 +156,7 @@ class SessionHandler:
         session.close_socket = close_socket   # reaping and shutdown now close this socket with their code
         try:
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
-            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -164,13 +166,15 @@ class SessionHandler:
                     if session.ended is not None:
                         return
                     reply = await self.answer(session, raw if raw is not None else message.get("bytes") or b"",
-                                              with_text=with_text)
+                                              features=features)
                 if session.ended is not None:
                     return
                 if reply is None:
                     await websocket.close(CloseCode.NORMAL, "detached; the session stays open")
                     return
                 await websocket.send_text(reply)
+        except WebSocketDisconnect:   # the client went away while its reply was being sent
+            return
         finally:
             if session.close_socket is close_socket:
                 session.close_socket = None
@@ -190,10 +194,12 @@ class SessionHandler:
 
     # -- transport-neutral parts, shared by every transport ----------------------------------
 
-    async def open_detached(self) -> Session:
+    async def open_detached(self, session_id: str | None = None) -> Session:
         """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.
 
         The session gives its slot back when it ends (explicitly, by the idle reaper or at shutdown).
+        `session_id`: an id the surface's client chose (default: a fresh one); the caller makes sure no
+        open session has it.
 
         Raises:
             SessionRefused: at capacity, during shutdown, or when the environment could not be built.
@@ -208,7 +214,7 @@ class SessionHandler:
             if isinstance(error, Exception):
                 raise SessionRefused(self.factory_refusal(error)) from error
             raise
-        session = Session(pool, env, None, owns_slot=True)
+        session = Session(pool, env, None, session_id=session_id, owns_slot=True)
         pool.add(session)
         return session
 
@@ -220,51 +226,58 @@ class SessionHandler:
         """Why a connection that found no free slot is refused: shutdown or capacity."""
         pool = self.pool
         if pool.shutting_down:
+            pool.metrics.refused("shutdown")
             message = "server is shutting down; connect to another server"
             return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                    max_sessions=pool.max_sessions),
                            CloseCode.SHUTDOWN, "server shutting down", message)
         message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
+        pool.metrics.refused("capacity", message)
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                max_sessions=pool.max_sessions),
                        CloseCode.CAPACITY, "server at capacity", message)
 
-    @staticmethod
-    def factory_refusal(error: Exception) -> Refusal:
+    def factory_refusal(self, error: Exception) -> Refusal:
         """The refusal of a connection whose environment could not be built (logs the traceback)."""
         logger.error("environment factory failed", exc_info=error)
+        self.pool.metrics.refused("factory", log=False)
         message = f"could not create the environment: {type(error).__name__}: {error}"
         return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR, message), CloseCode.INTERNAL_ERROR,
                        "environment factory failed", message)
 
-    async def handle(self, session: Session, raw: str | bytes, *, with_text: bool) -> str | None:
+    async def handle(self, session: Session, raw: str | bytes, *, features: Features) -> str | None:
         """`answer`, with the bookkeeping the idle reaper reads (busy while answering, last activity)."""
         session.busy = True
         try:
-            return await self.answer(session, raw, with_text=with_text)
+            return await self.answer(session, raw, features=features)
         finally:
             session.busy = False
             session.last_active = time.monotonic()
 
-    async def answer(self, session: Session, raw: str | bytes, *, with_text: bool = False) -> str | None:
+    async def answer(self, session: Session, raw: str | bytes, *, features: Features = Features()) -> str | None:
         """The reply frame to one client frame, or None when the client asked to close.
 
-        `with_text`: observation frames also carry `"text"` (the client asked for it in the handshake).
+        `features`: what the client asked for in the handshake (`"text"`, `"metrics"` in reply frames).
+        Every frame is counted in the server's metrics by type, with the time its answer took.
         """
-        if len(raw) > self.max_message_bytes:
-            return error_frame(ErrorCode.MESSAGE_TOO_BIG, f"message of {len(raw)} bytes exceeds the server's limit of "
-                               f"{self.max_message_bytes} bytes; send smaller actions")
+        metrics = self.pool.metrics
+        started = time.perf_counter()
+        kind = "invalid"
         try:
+            size = len(raw) if isinstance(raw, bytes) or raw.isascii() else len(raw.encode())   # the limit is in bytes
+            if size > self.max_message_bytes:
+                raise FrameError(ErrorCode.MESSAGE_TOO_BIG, f"message of {size} bytes exceeds the server's limit of "
+                                 f"{self.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
-                return observation_frame(self._checked(await session.step(self._action(session, data)), "step"),
-                                         with_text=with_text)
+                observation = self._checked(await session.step(self._action(session, data)), "step")
+                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "call":
-                return await self._call(session, data)
+                return await self._call(session, data, features)
             if kind == "reset":
-                return observation_frame(self._checked(await session.reset(self.reset_kwargs(data)), "reset"),
-                                         with_text=with_text)
+                observation = self._checked(await session.reset(self.reset_kwargs(data)), "reset")
+                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "state":
                 return state_frame(await session.state())
             if kind == "close":
@@ -272,13 +285,25 @@ class SessionHandler:
             raise FrameError(ErrorCode.UNKNOWN_TYPE,
                              f"Unknown message type: {kind}; expected reset, step, state, call or close")
         except FrameError as error:
-            return error_frame(error.code, error.message)
+            return self._client_error(error.code, error.message)
         except ValidationError as error:
-            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {summarise_validation_error(error)}",
-                               errors=error.errors(include_url=False, include_context=False, include_input=False))
+            return self._client_error(ErrorCode.VALIDATION_ERROR,
+                                      f"Invalid message: {summarise_validation_error(error)}",
+                                      errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
-            logger.info("environment raised in session %s: %r", session.id, error)
+            # at most a line a minute: a client can make an environment raise on every frame it sends
+            metrics.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session.id, error)
+            metrics.error_reply(ErrorCode.EXECUTION_ERROR)
             return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
+        finally:
+            metrics.answered(kind, time.perf_counter() - started)
+
+    def _client_error(self, code: str, message: str, **details: Any) -> str:
+        """The error frame for a client's mistake, counted as bad input (and logged at most once a minute per code)."""
+        metrics = self.pool.metrics
+        metrics.error_reply(code)
+        metrics.bad_client_input(code.lower(), message)
+        return error_frame(code, message, **details)
 
     def _action(self, session: Session, data: Any) -> Action:
         if not session.may_step:
@@ -289,22 +314,33 @@ class SessionHandler:
         return self.action_cls.model_validate(data)
 
     def reset_kwargs(self, data: Any) -> dict[str, Any]:
-        """The keyword arguments `reset` takes from `data`, dropping (and logging once) those it does not take."""
+        """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
+        once); raises `FrameError` when `data` is not a JSON object."""
         if data is None:
             return {}
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
         if self.reset_names is None:
-            return data
-        ignored = frozenset(data) - self.reset_names
+            if self.reset_bound_name not in data:
+                return data
+            ignored = frozenset((self.reset_bound_name,))
+        else:
+            ignored = frozenset(data) - self.reset_names
         if ignored and ignored not in self._ignored_reset_names:
             self._ignored_reset_names.add(ignored)
-            logger.warning("reset ignores %s: the environment's reset() takes only %s (as OpenEnv servers do, "
-                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)),
-                           ", ".join(sorted(self.reset_names)) or "no arguments")
-        return {key: value for key, value in data.items() if key in self.reset_names}
+            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
+                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
+            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
+                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
+        return {key: value for key, value in data.items() if key not in ignored}
 
-    async def _call(self, session: Session, data: Any) -> str:
+    def _metrics(self, session: Session, features: Features) -> dict[str, Any] | None:
+        """The episode metrics for a client that asked for them, from an environment that declares some."""
+        if not (features.metrics and self.has_metrics):
+            return None
+        return dict(session.env.episode_metrics())
+
+    async def _call(self, session: Session, data: Any, features: Features) -> str:
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              'Invalid call: expected {"type": "call", "data": {"tool": name, "args": {...}}}')
@@ -318,7 +354,7 @@ class SessionHandler:
         if not isinstance(arguments, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR, f'Invalid call: "args" of {spec.name} must be a JSON object')
         result = await session.call_tool(spec, spec.validate_arguments(arguments))
-        return tool_result_frame(spec.name, result)
+        return tool_result_frame(spec.name, result, metrics=self._metrics(session, features))
 
     @staticmethod
     def _checked(observation: Any, method: str) -> Observation:
