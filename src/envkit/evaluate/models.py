@@ -8,7 +8,7 @@ from typing import Any
 
 from ..train.binding import ServedEnvironment
 from ..train.data import env_rows
-from ..train.settings import TINY, TrainSettings
+from ..train.settings import SEED_EPISODES, TINY
 
 __all__ = ["load_model"]
 
@@ -29,7 +29,7 @@ def load_model(model: str, classes: Mapping[str, type[ServedEnvironment]], promp
 
         if not on_gpu:
             torch.set_num_threads(1)  # as in training: a 100K-parameter model loses more to threads than it gains
-        rows = env_rows(prompts, TrainSettings(model=TINY).num_episodes, seed)
+        rows = env_rows(prompts, SEED_EPISODES, seed)
         loaded, tokenizer, figures = build_tiny_model(classes, rows, TinyModelSpec(seed=seed))
         say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
     else:

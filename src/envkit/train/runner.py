@@ -27,7 +27,7 @@ from .data import env_rows, file_rows, task_prompt, task_rows
 from .embedded import serve_envs
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
-from .settings import TrainSettings
+from .settings import SEED_EPISODES, TrainSettings
 
 __all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
 
@@ -123,7 +123,7 @@ def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
         elif settings.split is not None:
             tasks[name] = _envkit_tasks(name, cls.url, settings.split)
         else:
-            tasks[name] = [{"seed": settings.seed + index} for index in range(settings.num_episodes or 64)]
+            tasks[name] = [{"seed": settings.seed + index} for index in range(settings.num_episodes or SEED_EPISODES)]
     return tasks
 
 
@@ -161,7 +161,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     else:
         tasks = _tasks(settings, classes)
         rows = (task_rows(prompts, tasks, settings.num_episodes) if tasks
-                else env_rows(prompts, settings.num_episodes or 64, settings.seed))
+                else env_rows(prompts, settings.num_episodes or SEED_EPISODES, settings.seed))
     dataset = _table(rows)
     from .samples import EpisodeSampler
 

@@ -25,6 +25,9 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
+#: Rows drawn from seeds when neither a dataset, a split nor --num-episodes says how many.
+SEED_EPISODES = 64
+
 __all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY"]
 
 TINY = "tiny"
@@ -74,7 +77,7 @@ class TrainSettings:
     vllm_server_url: str | None = None
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
-    num_episodes: int | None = None
+    num_episodes: int | None = None   # None: every task of the split once, or SEED_EPISODES seeded rows
     split: str | None = None
     protocol: str = "auto"
     eval_games: int = 0
