@@ -207,7 +207,7 @@ def test_a_closed_session_is_gone_and_a_never_opened_one_is_unknown(echo_server:
     gone = rpc("tools/list", session_id=session)["error"]
     assert gone["code"] == -32001 and "closed by openenv/session/close" in gone["message"]
     unknown = rpc("tools/call", session_id="feed" * 8, name="echo", arguments={})["error"]
-    assert unknown["code"] == -32602 and "never opened" in unknown["message"]
+    assert unknown["code"] == -32602 and "no /mcp session or episode of that id" in unknown["message"]
 
 
 def test_a_socket_attaches_to_an_mcp_session_without_a_slot_and_leaves_it_open(echo_server: str) -> None:

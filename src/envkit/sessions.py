@@ -46,7 +46,9 @@ class Session:
 
     A WebSocket session lives as long as its connection and is given `close_socket`; a detached
     session (HTTP surfaces such as MCP or the Open Reward Standard, where an episode spans many
-    requests) has none, and gives its slot back itself when it ends (`owns_slot`).
+    requests) has none, and gives its slot back itself when it ends (`owns_slot`). A socket attached to a
+    detached session (`/ws?session_id=...`) sets `close_socket` while it is attached, so that reaping and
+    shutdown close it with their code.
     """
 
     def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,

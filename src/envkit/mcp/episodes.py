@@ -77,7 +77,8 @@ class Episodes:
             code, reason = ended
             raise RpcError(SESSION_GONE, f"session {session_id} is gone: {reason}; open a new one",
                            {"session_id": session_id, "close_code": code, "reason": reason})
-        raise RpcError(INVALID_PARAMS, f"Unknown {name}: {session_id}; it was never opened on this server")
+        raise RpcError(INVALID_PARAMS, f"Unknown {name}: {session_id}; no /mcp session or episode of that id was "
+                                       "opened on this server")
 
     async def close(self, session: Session, reason: str) -> None:
         await session.end(CloseCode.NORMAL, reason)
