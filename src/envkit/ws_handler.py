@@ -287,8 +287,8 @@ class SessionHandler:
         except FrameError as error:
             return self._client_error(error.code, error.message)
         except ValidationError as error:
-            return self._client_error(ErrorCode.VALIDATION_ERROR,
-                                      f"Invalid message: {summarise_validation_error(error)}",
+            problems = summarise_validation_error(error)
+            return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {problems}",
                                       errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
             # at most a line a minute: a client can make an environment raise on every frame it sends
