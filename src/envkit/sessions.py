@@ -57,7 +57,9 @@ class Session:
 
     A WebSocket session lives as long as its connection and is given `close_socket`; a detached
     session (HTTP surfaces such as MCP or the Open Reward Standard, where an episode spans many
-    requests) has none, and gives its slot back itself when it ends (`owns_slot`).
+    requests) has none, and gives its slot back itself when it ends (`owns_slot`). A socket attached to a
+    detached session (`/ws?session_id=...`) sets `close_socket` while it is attached, so that reaping and
+    shutdown close it with their code.
     """
 
     def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
@@ -81,8 +83,14 @@ class Session:
         self._closed: asyncio.Future[None] | None = None
         env_class = type(env)
         self._inline = env_class.RUN_INLINE
+        self._allows_step_before_reset = env_class.ALLOWS_STEP_BEFORE_RESET
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
+
+    @property
+    def may_step(self) -> bool:
+        """Whether steps and tool calls may run now: after a reset, or always where the environment allows it."""
+        return self.has_reset or self._allows_step_before_reset
 
     async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Call environment code where it belongs: on the loop if inline or async, else on a worker.

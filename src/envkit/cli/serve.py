@@ -29,9 +29,9 @@ from .scale_out import ScaleOut, scale_out_options
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route, the Open Reward Standard included) or picows "
-                   "(about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics only, no Open "
-                   "Reward Standard; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route: /mcp and the Open Reward Standard included) or "
+                   "picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics only: no "
+                   "/mcp, no Open Reward Standard; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 @scale_out_options
@@ -39,7 +39,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str,
             scale_out: ScaleOut) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
-    over the Open Reward Standard at the root (/create_session, /create, /call, /tasks, ...).
+    to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
