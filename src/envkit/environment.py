@@ -82,6 +82,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
             `create_app(max_concurrent_envs > 1)` refuses an environment that does not say so.
         RUN_INLINE: `reset`, `step` and tools are quick and never block, so the server calls them
             on the event loop instead of handing them to a worker thread.
+        ALLOWS_STEP_BEFORE_RESET: stepping (or calling a tool of) a never-reset instance is a
+            meaningful move, as in echo. Off by default: then such a step gets `NOT_RESET`, which is
+            what tells a client that silently reconnected to a fresh session that its game is gone.
         EPISODE_LENGTH: how many tool calls an episode takes when played to its end (Catch: 9 moves;
             Wordle: at most 6 guesses); None when episodes have no set length. Published in
             `/metadata` as `episode_length`; `envkit train` fits its turn and token budgets to it.
@@ -95,6 +98,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = False
     RUN_INLINE: ClassVar[bool] = False
+    ALLOWS_STEP_BEFORE_RESET: ClassVar[bool] = False
     #: Named lists of tasks (`{"train": [...], "test": [...]}`); each task is the keyword arguments `reset`
     #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.
