@@ -9,9 +9,9 @@ recipe, all local:
    mostly by the solver (see `scripted_conversations`);
 2. train a byte-level BPE tokenizer (`tokenizers`) on those conversations and give it TRL's
    own Qwen3 chat template string, which TRL recognises to parse `<tool_call>` blocks;
-3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on what the
-   model will itself generate in those episodes (the assistant turns, after the empty thinking
-   block TRL's generation prompt already holds), so that it calls tools from the first GRPO step.
+3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on the
+   assistant turns of the scripted episodes (not the random moves of a game, which only lead it
+   into varied positions), so that it calls tools from the first GRPO step.
 """
 
 from __future__ import annotations
@@ -276,10 +276,8 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
     encoded = [tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, return_dict=True,
                                              return_assistant_tokens_mask=True, tokenize=True, **CHAT_TEMPLATE_KWARGS)
                for messages, tools in conversations]
-    think_end = tokenizer.convert_tokens_to_ids("</think>")
-    blank = {token_id for token_id in range(len(tokenizer)) if not tokenizer.decode([token_id]).strip()}
     for item, (messages, _) in zip(encoded, conversations, strict=True):
-        _trained_tokens(item["assistant_masks"], item["input_ids"], messages, think_end, blank)
+        _untrain_context_turns(item["assistant_masks"], messages)
     width = max(len(item["input_ids"]) for item in encoded)
     ids = torch.full((len(encoded), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(encoded), width), -100, dtype=torch.long)
@@ -293,14 +291,9 @@ def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[s
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
-def _trained_tokens(mask: list[int], ids: list[int], messages: list[dict[str, Any]], think_end: int,
-                    blank: set[int]) -> None:
-    """Narrow the assistant-turns mask (in place) to what the model will generate itself.
-
-    Each assistant turn (a run of 1s, in order) loses its leading empty thinking block: with thinking off,
-    TRL's generation prompt already ends with `<think>\n\n</think>\n\n`, so training the model to write it
-    would teach it to write a second one. A turn marked `CONTEXT_ONLY` is not trained at all.
-    """
+def _untrain_context_turns(mask: list[int], messages: list[dict[str, Any]]) -> None:
+    """Clear the assistant-turns mask (in place) over the turns marked `CONTEXT_ONLY`; its runs of 1 are the
+    assistant turns, in order."""
     turns = [message.get(CONTEXT_ONLY, False) for message in messages if message["role"] == "assistant"]
     runs, start = [], None
     for index, value in enumerate([*mask, 0]):
@@ -312,12 +305,8 @@ def _trained_tokens(mask: list[int], ids: list[int], messages: list[dict[str, An
     if len(runs) != len(turns):  # the template marked turns otherwise: leave its mask as it is rather than guess
         return
     for (start, end), context_only in zip(runs, turns, strict=True):
-        cut = start
-        if think_end in ids[start:end]:
-            cut = ids.index(think_end, start, end) + 1
-            while cut < end and ids[cut] in blank:
-                cut += 1
-        mask[start:end if context_only else cut] = [0] * ((end if context_only else cut) - start)
+        if context_only:
+            mask[start:end] = [0] * (end - start)
 
 
 def _longest_episode(batch: dict[str, Any]) -> int:
