@@ -15,6 +15,7 @@ from .errors import ConfigurationError
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
+from .web import WEB_PATH, mount_web
 from .ws_handler import SessionHandler
 
 __all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
@@ -61,6 +62,9 @@ def create_app(
         ping_timeout_s: seconds to wait for the pong.
         metadata: extra fields for `/metadata`.
 
+    Besides `/ws` and the HTTP documents, the app serves a page at `/web` to play the environment
+    and replay transcripts in a browser (`/` redirects there; see `envkit.web`).
+
     Raises:
         ConfigurationError: settings that cannot work, e.g. concurrency the environment does not support.
         ToolDefinitionError: a `@tool` method that cannot be described to a model.
@@ -96,13 +100,15 @@ def create_app(
         await pool.shutdown()
 
     name = env_name or env_class.__name__
-    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {})
+    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool,
+                                   {"web": WEB_PATH, **(metadata or {})})
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
     app.include_router(build_router(documents))
     app.add_api_websocket_route("/ws", handler)
+    mount_web(app, env_class)
     return app
 
 

@@ -8,7 +8,8 @@ environment is answered inside its callback, with no task per connection or per 
 pings come from the session pool's one sweep over all sessions).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
-HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
+HTTP (no `/web` page, no `/docs`, no middleware; `/metadata` says `"web": null`, and `/` and `/web`
+answer 404 naming the uvicorn transport), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
@@ -46,6 +47,7 @@ from .environment import Environment
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .routes import Documents
 from .sessions import Session, new_session_id
+from .web import WEB_PATH
 from .ws_handler import Refusal, SessionHandler, wants_text
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
@@ -57,6 +59,8 @@ SHUTDOWN_GRACE_S = 5.0
 #: How long a socket the server closes waits for the client's close frame before it is dropped anyway.
 CLOSE_TIMEOUT_S = 2.0
 _JSON = {"Content-Type": "application/json"}
+NO_WEB_PAGE = ("the picows transport serves no /web page (only /ws, /health, /schema, /metadata and /tools); "
+               "serve with the default uvicorn transport to play and replay in a browser")
 
 
 def first_step(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
@@ -324,8 +328,9 @@ class PicowsServer:
         self.handler: SessionHandler = handler
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
+        metadata = {**self.documents.metadata, "web": None, "web_unavailable": NO_WEB_PAGE}
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/metadata": orjson.dumps(metadata),
                       b"/tools": orjson.dumps(self.documents.tools)}
         self.server: asyncio.Server | None = None
 
@@ -339,13 +344,15 @@ class PicowsServer:
         if path == b"/health":
             return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()), _JSON))
         page = self.pages.get(path)
+        if path == b"/" or path == WEB_PATH.encode() or path.startswith(WEB_PATH.encode() + b"/"):
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": NO_WEB_PAGE}), _JSON))
         if page is None:
             return _http(WSUpgradeResponse.create_error_response(404, b'{"detail":"Not Found"}', _JSON))
         return _http(WSUpgradeResponse.create_ok_response(page, _JSON))
 
     def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         pool = self.handler.pool
-        with_text = wants_text(request.headers.get(FEATURES_HEADER, ""))
+        with_text = wants_text(request.headers.get(FEATURES_HEADER, ""), request.path.partition(b"?")[2])
         if not pool.try_reserve():
             if pool.capacity_wait_s > 0 and not pool.shutting_down and pool.closing > pool.waiting_for_slots:
                 session_id = new_session_id()   # a slot is on its way back: wait for it (see WaitingListener)

@@ -21,7 +21,8 @@ import orjson
 from .environment import Observation
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "ErrorCode", "CloseCode", "close_reason",
+    "FrameError",
     "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
 ]
 
@@ -31,6 +32,9 @@ REFUSED_HEADER = "x-envkit-refused"
 #: Sent by a client with the handshake; `text` asks for observation frames to carry `"text"`, the observation rendered
 #: by `Observation.as_text()` (what a language model reads). Plain OpenEnv clients do not send it and get plain frames.
 FEATURES_HEADER = "x-envkit-features"
+#: The same request as a query parameter of the `/ws` URL (`/ws?features=text`), for browsers: they cannot set
+#: WebSocket handshake headers.
+FEATURES_QUERY = "features"
 
 
 class ErrorCode:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from urllib.parse import parse_qs
 from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from starlette.websockets import WebSocket
 from .environment import Action, Environment, Observation
 from .protocol import (
     FEATURES_HEADER,
+    FEATURES_QUERY,
     REFUSED_HEADER,
     SESSION_ID_HEADER,
     CloseCode,
@@ -38,7 +40,7 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["SessionHandler", "Refusal", "wants_text"]
+__all__ = ["SessionHandler", "Refusal", "wants_text", "reset_method"]
 
 
 class Refusal(NamedTuple):
@@ -50,16 +52,27 @@ class Refusal(NamedTuple):
     reason: str
 
 
-def wants_text(features: str) -> bool:
-    """Whether the client's `x-envkit-features` handshake header asks for `"text"` in observation frames."""
-    return "text" in features.replace(" ", "").split(",")
+def wants_text(features: str, query: str | bytes = "") -> bool:
+    """Whether the client asks for `"text"` in observation frames.
+
+    `features` is the `x-envkit-features` handshake header; `query` the connection URL's query string,
+    whose `features=text` asks the same for browsers, which cannot set WebSocket handshake headers.
+    """
+    if isinstance(query, bytes):
+        query = query.decode("latin-1")
+    requested = [features, *parse_qs(query).get(FEATURES_QUERY, [])] if query else [features]
+    return any("text" in value.replace(" ", "").split(",") for value in requested)
+
+
+def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
+    """The method that serves `reset` frames: `reset_async` when the class overrides it, else `reset`."""
+    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
 
 
 def reset_parameters(env_class: type[Environment]) -> frozenset[str] | None:
     """Names `reset` accepts, or None when it takes `**kwargs` (then every key is passed on)."""
-    method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
     names = set()
-    for param in list(inspect.signature(method).parameters.values())[1:]:
+    for param in list(inspect.signature(reset_method(env_class)).parameters.values())[1:]:
         if param.kind is param.VAR_KEYWORD:
             return None
         names.add(param.name)
@@ -100,7 +113,7 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""))
+            with_text = wants_text(websocket.headers.get(FEATURES_HEADER, ""), websocket.scope.get("query_string", b""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":

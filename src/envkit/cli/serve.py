@@ -28,13 +28,16 @@ from ..errors import ConfigurationError
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
-                   "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route, the /web page) or picows (about twice the "
+                   "steps/s; /ws and GET /health /schema /metadata /tools only: no /web page; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
+
+    With the default uvicorn transport, http://HOST:PORT/web (and / redirects there) is a page to
+    play the environment in a browser and to replay transcripts; the picows transport has no page.
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
@@ -78,5 +81,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
+        if transport == "uvicorn":
+            click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
     serve(app, host, port, on_started=announce)
