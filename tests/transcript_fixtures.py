@@ -56,9 +56,9 @@ def play_game(url: str, model: str, policy: Any, split: str, task_index: int, ta
 
 def transcripts(url: str) -> dict[str, str]:
     """File name → JSONL text: each policy's games on the first `GAMES` tasks of Wordle's test split."""
-    from wordle_env.environment import WordleEnvironment
+    from envkit.serving import resolve_target
 
-    tasks = WordleEnvironment.tasks("test")[:GAMES]
+    tasks = resolve_target("wordle").env_class.tasks("test")[:GAMES]   # also makes wordle_env importable
     return {f"wordle-{model.split(':')[1]}.jsonl": "".join(
                 json.dumps(play_game(url, model, policy, "test", index, dict(task))) + "\n"
                 for index, task in enumerate(tasks))

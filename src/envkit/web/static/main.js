@@ -21,7 +21,9 @@ function showBanner(messages) {
   fill(banner, messages.map((message) => h("div", {}, message)));
 }
 
-/** Read /metadata, /schema, /tools and /web/tasks, then (re)build the play view. */
+let play = null;
+
+/** Read /metadata, /schema, /tools and /web/tasks, then (re)build the play view (ending the session of the last one). */
 async function loadPlay() {
   const problems = [];
   const fetchOr = async (path) => {
@@ -39,11 +41,13 @@ async function loadPlay() {
     document.getElementById("env-description").textContent = String(metadata.description ?? "");
     document.title = `${metadata.name} · envkit`;
   }
+  if (play) play.dispose();
+  play = null;
   if (!metadata && !schema && !tools) {
     fill(views.play, h("p", { class: "muted" }, "The server's documents could not be read (see above), so there is nothing to play. The Replay view works without them."));
     return;
   }
-  renderPlay(views.play, { metadata, schema, tools, tasks });
+  play = renderPlay(views.play, { metadata, schema, tools, tasks });
 }
 
 const keyInput = document.getElementById("api-key");

@@ -21,7 +21,8 @@ function showError(box, message) {
   box.hidden = !message;
 }
 
-/** Build the play view in `root` from the server's documents (`tasks` may be null). */
+/** Build the play view in `root` from the server's documents (`tasks` may be null); returns {dispose()},
+ * which ends the view's session. */
 export function renderPlay(root, { metadata, schema, tools, tasks }) {
   const ui = {};
   const frames = [];
@@ -110,12 +111,13 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     h("div", { class: "column" },
       card("observation-card", "Observation", ui.chips,
         h("h3", {}, "As the model reads it"), ui.text,
-        h("details", { open: true }, h("summary", {}, "As JSON"), ui.json)),
+        h("details", { id: "observation-json-details" }, h("summary", {}, "As JSON"), ui.json)),
       card("history-card", "Episode so far", ui.history),
       card("state-card", "State", h("p", { class: "hint" }, "Press State to see it; it may hold what a player should not (an answer)."), ui.state),
       h("details", { class: "card", id: "frames-card" }, h("summary", {}, "Frames"), ui.frames))));
 
   // ---- behaviour ---------------------------------------------------------------------------
+  const view = { dispose: () => connection.close() };
   function setStatus(kind, text) {
     ui.status.className = `status ${kind}`;
     ui.status.textContent = text;
@@ -255,4 +257,6 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     }
     await useTask();
   }
+
+  return view;
 }

@@ -24,7 +24,12 @@ export function turnView(turn, index) {
       hasReward ? chip(`reward ${number(turn.reward)}`, turn.reward > 0 ? "good" : turn.reward < 0 ? "bad" : "") : null,
       turn.done === true ? doneChip(true) : null));
   const result = turn.result === undefined || turn.result === null || turn.result === ""
-    ? null : h("pre", { class: "turn-result" }, typeof turn.result === "string" ? turn.result : compact(turn.result));
+    ? null : h("pre", { class: "turn-result" }, typeof turn.result === "string" ? trimBlankLines(turn.result) : compact(turn.result));
   const error = turn.error ? h("div", { class: "error turn-error", role: "alert" }, String(turn.error)) : null;
   return h("div", { class: `turn${turn.error ? " has-error" : ""}${turn.done === true ? " is-done" : ""}` }, head, result, error);
+}
+
+/** Text without the blank lines that open or close it (the rest, spaces included, as it was). */
+function trimBlankLines(text) {
+  return text.replace(/^(?:[ \t]*\r?\n)+/, "").replace(/(?:\r?\n[ \t]*)+$/, "");
 }
