@@ -10,14 +10,14 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from transcript_fixtures import FIXTURES
 
-from envkit import EnvClient
+from envkit import Action, EnvClient, Environment, Observation, State, create_app, tool
 from envkit.serving import app_from_environment, resolve_target
 from envkit.testing import running_server
 
@@ -25,6 +25,51 @@ CHROMIUM = os.environ.get("ENVKIT_CHROMIUM") or shutil.which("chromium") or shut
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed: apt-get install -y chromium "
                                 "(or set ENVKIT_CHROMIUM to a Chromium binary); .ci/run installs it")
 SOLVER, RANDOM = FIXTURES / "wordle-solver.jsonl", FIXTURES / "wordle-random.jsonl"
+
+
+class FormsAction(Action):
+    choice: Literal[1, 2, 3]
+    note: str = ""
+    enabled: bool | None = None
+
+
+class FormsObservation(Observation):
+    received: str = ""
+
+
+class FormsEnvironment(Environment[FormsAction, FormsObservation, State]):
+    """Reports what each form sent, with its JSON types, so the generated forms can be checked."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    RUN_INLINE = True
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, level: int = 1,
+              **options: Any) -> FormsObservation:
+        return FormsObservation(received=json.dumps({"seed": seed, "level": level, **options}))
+
+    def step(self, action: FormsAction) -> FormsObservation:
+        return FormsObservation(received=json.dumps(action.model_dump(exclude={"metadata"})))
+
+    @property
+    def state(self) -> State:
+        return State()
+
+    @tool
+    def record(self, text: str, count: int, ratio: float, flag: bool, mode: Literal["fast", "slow"],
+               tags: list[str], limit: int | None = None) -> str:
+        """Report the arguments.
+
+        Args:
+            text: Any text.
+            count: A whole number.
+            ratio: Any number.
+            flag: A switch.
+            mode: One of two modes.
+            tags: Some labels.
+            limit: An optional whole number.
+        """
+        return json.dumps({"text": text, "count": count, "ratio": ratio, "flag": flag, "mode": mode, "tags": tags,
+                           "limit": limit})
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +83,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(10_000)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
@@ -168,6 +214,60 @@ def test_errors_are_shown_where_they_happened(page: Page, wordle_url: str, echo_
     page.select_option("#task-split", "test")
     page.click("#use-task")
     expect(page.locator("#reset-error")).to_have_text("split test has tasks 0 to 34; got 35")
+
+
+def test_forms_follow_the_schemas_and_send_json_types(page: Page) -> None:
+    with running_server(create_app(FormsEnvironment, FormsAction, FormsObservation, max_concurrent_envs=2)) as url:
+        open_page(page, url)
+        expect(page.locator("#task-split")).to_have_count(0)   # no splits, no task picker
+        page.fill("#reset-level", "2")
+        page.click("#episode-card .more-fields summary")
+        page.fill("#reset--extra", '{"board": [1, 2]}')
+        page.click("#reset-button")
+        expect(page.locator("#observation-text")).to_have_text('{"seed": null, "level": 2, "board": [1, 2]}')
+
+        assert page.locator("#tool-record-mode option").all_text_contents() == ["fast", "slow"]
+        assert page.locator("#tool-record-flag").get_attribute("type") == "checkbox"
+        page.fill("#tool-record-text", "hi")
+        page.fill("#tool-record-count", "3.5")
+        page.fill("#tool-record-ratio", "0.25")
+        page.click("#call-record")
+        expect(page.locator("#tool-record-error")).to_have_text('count: "3.5" is not a whole number')
+        page.fill("#tool-record-count", "3")
+        page.check("#tool-record-flag")
+        page.select_option("#tool-record-mode", label="slow")
+        page.fill("#tool-record-tags", '["a", "b"]')
+        page.click("#call-record")
+        expect(page.locator("#tool-record-error")).to_be_hidden()
+        expect(page.locator("#observation-text")).to_have_text(
+            '{"text": "hi", "count": 3, "ratio": 0.25, "flag": true, "mode": "slow", "tags": ["a", "b"], "limit": null}')
+        page.fill("#tool-record-tags", "[a, b]")
+        page.click("#call-record")
+        expect(page.locator("#tool-record-error")).to_contain_text("tags: not valid JSON (")
+
+        assert page.locator("#step-choice option").all_text_contents() == ["1", "2", "3"]
+        assert page.locator("#step-enabled option").all_text_contents() == ["(not set)", "true", "false"]
+        page.select_option("#step-choice", label="2")
+        page.select_option("#step-enabled", label="false")
+        page.click("#step-button")
+        expect(page.locator("#observation-text")).to_have_text('{"choice": 2, "note": "", "enabled": false}')
+        page.select_option("#step-enabled", label="(not set)")
+        page.fill("#step-note", "n")
+        page.click("#step-button")
+        expect(page.locator("#observation-text")).to_have_text('{"choice": 2, "note": "n", "enabled": null}')
+
+
+def test_a_full_server_refuses_the_page_clearly(page: Page) -> None:
+    with serve("echo", max_concurrent_envs=1, capacity_wait_s=0) as url:
+        with EnvClient(url).sync() as holder:
+            holder.reset()
+            open_page(page, url)
+            page.click("#reset-button")
+            expect(page.locator("#reset-error")).to_contain_text("CAPACITY_REACHED: server at capacity: 1/1 sessions open")
+            expect(page.locator("#session-status")).to_have_text("session ended: server at capacity (close code 1013)")
+        page.click("#reset-button")   # the slot is free again
+        expect(page.locator("#session-status")).to_have_text("session open")
+        expect(page.locator("#reset-error")).to_be_hidden()
 
 
 def test_untrusted_text_is_shown_as_text(page: Page, echo_url: str) -> None:

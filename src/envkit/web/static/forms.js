@@ -53,7 +53,7 @@ export function field(name, schema, root, required, idPrefix) {
   const spec = info.schema;
   const id = `${idPrefix}-${name}`;
   const hint = spec.description ? h("span", { class: "hint" }, spec.description) : null;
-  const hasDefault = spec.default !== undefined;
+  const hasDefault = spec.default !== undefined && spec.default !== null;
   const placeholder = hasDefault ? `default: ${compact(spec.default)}` : required ? "" : "optional";
   let input;
   let read;
