@@ -2,7 +2,7 @@
 """Take the README's screenshots of the /web page: a Wordle game in progress, and a replay of two models.
 
 Serves Wordle on 127.0.0.1, plays a few guesses through the page's forms in headless Chromium, then
-loads the sample transcripts (tests/fixtures/transcripts) into the replay view.
+loads into the replay view what `envkit eval` writes for Wordle's solver and random policies.
 
     PYTHONPATH=src python scripts/web_screenshots.py [--chromium /usr/bin/chromium] [--out docs]
 """
@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
@@ -19,7 +22,17 @@ from envkit.serving import app_from_environment, resolve_target
 from envkit.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
-TRANSCRIPTS = ROOT / "tests" / "fixtures" / "transcripts"
+
+
+def write_transcripts(folder: Path) -> list[Path]:
+    """Three Wordle games of each scripted policy, written by `envkit eval --transcripts`."""
+    paths = []
+    for policy in ("solver", "random"):
+        path = folder / f"wordle-{policy}.jsonl"
+        subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", "wordle", "--policy", policy, "--games", "3",
+                        "--transcripts", str(path)], check=True, capture_output=True)
+        paths.append(path)
+    return paths
 
 
 def main() -> None:
@@ -32,7 +45,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     target = resolve_target("wordle")
-    with running_server(app_from_environment(target.env_class, env_name="wordle")) as url, sync_playwright() as playwright:
+    app = app_from_environment(target.env_class, env_name="wordle")
+    with tempfile.TemporaryDirectory() as folder, running_server(app) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=args.chromium)
         page = browser.new_page(viewport={"width": 1360, "height": 1020})
 
@@ -50,8 +64,7 @@ def main() -> None:
         page.screenshot(path=args.out / "web-play.png")
 
         page.goto(url + "/web#replay")
-        page.set_input_files("#transcript-files", [str(TRANSCRIPTS / "wordle-solver.jsonl"),
-                                                   str(TRANSCRIPTS / "wordle-random.jsonl")])
+        page.set_input_files("#transcript-files", [str(path) for path in write_transcripts(Path(folder))])
         page.locator("#game-list button.game").nth(1).click()
         expect(page.locator(".column-head .model")).to_have_count(2)
         page.screenshot(path=args.out / "web-replay.png", full_page=True)

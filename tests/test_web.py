@@ -12,7 +12,6 @@ from typing import Any, Iterator, Literal
 
 import httpx
 import pytest
-from transcript_fixtures import FIXTURES, transcripts
 
 from envkit import Action, Environment, Observation, State, create_app
 from envkit.serving import app_from_environment, resolve_target
@@ -29,20 +28,11 @@ class PuzzleObservation(Observation):
 
 
 class PuzzleEnvironment(Environment[PuzzleAction, PuzzleObservation, State]):
-    """A puzzle whose task listing breaks: its `tasks()` raises for the split "broken"."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-    TASKS = {"easy": ({"size": 3}, {"size": 4}), "broken": ()}
-
-    @classmethod
-    def tasks(cls, split: str) -> Any:
-        if split == "broken":
-            raise RuntimeError("the task file is missing")
-        return super().tasks(split)
+    """A puzzle whose reset takes every kind of argument."""
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, size: int = 3,
               mode: Literal["fast", "slow"] = "fast", shape: tuple[int, int] | None = None, *,
-              strict: bool, **options: Any) -> PuzzleObservation:
+              strict: bool, start: object = object(), **options: Any) -> PuzzleObservation:
         """Start a puzzle.
 
         Args:
@@ -82,7 +72,7 @@ def test_root_redirects_to_the_page_and_the_page_loads_only_its_own_files(wordle
             response = http.get(f"/web/static/{script}")
             assert response.status_code == 200 and "javascript" in response.headers["content-type"]
         assert http.get("/web/static/nothing.js").status_code == 404
-        assert http.get("/metadata").json()["web"] == "/web"
+        assert http.get("/metadata").json()["web"] == {"served": True, "path": "/web"}
 
 
 def test_the_page_fetches_nothing_from_elsewhere_and_never_parses_text_as_markup() -> None:
@@ -97,21 +87,17 @@ def test_the_page_fetches_nothing_from_elsewhere_and_never_parses_text_as_markup
     assert imports <= {path.name for path in STATIC_DIR.glob("*.js")}
 
 
-def test_tasks_route_describes_reset_and_lists_the_splits(wordle_url: str) -> None:
+def test_reset_arguments_route_describes_what_reset_takes(wordle_url: str) -> None:
     with httpx.Client(base_url=wordle_url, trust_env=False) as http:
-        listing = http.get("/web/tasks").json()
-        assert listing["splits"] == {"train": 105, "test": 35}
-        properties = listing["reset"]["properties"]
+        schema = http.get("/web/reset-arguments").json()
+        properties = schema["properties"]
         assert list(properties) == ["seed", "episode_id", "word", "secret_index"]
         assert properties["seed"] == {"type": "integer", "nullable": True}
         assert properties["word"]["type"] == "string"
-        assert listing["reset"]["required"] == [] and listing["reset"]["additionalProperties"] is False
-        test = http.get("/web/tasks/test").json()
-        assert test["split"] == "test" and len(test["tasks"]) == 35 and set(test["tasks"][0]) == {"secret_index"}
-        missing = http.get("/web/tasks/validation")
-        assert missing.status_code == 404
-        assert missing.json()["detail"] == "WordleEnvironment has no split 'validation'; its splits: train, test"
-        assert http.get("/health").json()["status"] == "healthy"
+        assert schema["required"] == [] and schema["additionalProperties"] is False
+        # the page's task picker reads the splits and tasks the Open Reward Standard routes serve
+        assert [split["name"] for split in http.get("/splits").json()] == ["train", "test"]
+        assert len(http.post("/tasks", json={"split": "test"}).json()["tasks"]) == 35
 
 
 def test_reset_schema_follows_the_signature_and_docstring() -> None:
@@ -123,19 +109,15 @@ def test_reset_schema_follows_the_signature_and_docstring() -> None:
                                    "nullable": True}
     assert properties["strict"] == {"type": "boolean", "description": "Whether bad moves end the game."}
     assert schema["required"] == ["strict"] and schema["additionalProperties"] is True
+    assert properties["start"] == {}   # no JSON schema for its type, and a default JSON cannot hold
     assert "options" not in properties
 
 
-def test_an_environment_whose_tasks_raise_gets_a_clear_error_and_the_server_carries_on() -> None:
-    app = create_app(PuzzleEnvironment, PuzzleAction, PuzzleObservation, max_concurrent_envs=2)
+def test_reset_arguments_of_an_open_ended_reset_are_served() -> None:
+    app = create_app(PuzzleEnvironment, PuzzleAction, PuzzleObservation)
     with running_server(app) as url, httpx.Client(base_url=url, trust_env=False) as http:
-        failed = http.get("/web/tasks")
-        assert failed.status_code == 500
-        assert failed.json()["detail"] == ("the environment's splits() or tasks() raised RuntimeError: "
-                                           "the task file is missing")
-        broken = http.get("/web/tasks/broken")
-        assert broken.status_code == 500 and "tasks('broken') raised RuntimeError" in broken.json()["detail"]
-        assert http.get("/web/tasks/easy").json() == {"split": "easy", "tasks": [{"size": 3}, {"size": 4}]}
+        served = http.get("/web/reset-arguments").json()
+        assert served == reset_schema(PuzzleEnvironment) and served["additionalProperties"] is True
         assert http.get("/web").status_code == 200
 
 
@@ -144,10 +126,13 @@ def test_picows_serves_no_page_and_says_so() -> None:
     with running_server(app_from_environment(target.env_class, env_name="echo"), transport="picows") as url:
         with httpx.Client(base_url=url, trust_env=False) as http:
             metadata = http.get("/metadata").json()
-            assert metadata["web"] is None and "uvicorn" in metadata["web_unavailable"]
-            for path in ("/", "/web", "/web/static/main.js", "/web/tasks"):
+            assert metadata["web"]["served"] is False and "--transport uvicorn" in metadata["web"]["why"]
+            assert "/web" in metadata["not_served"]
+            for path in ("/", "/web", "/web/static/main.js", "/web/reset-arguments"):
                 answer = http.get(path)
-                assert answer.status_code == 404 and "picows transport serves no /web page" in answer.json()["detail"]
+                assert answer.status_code == 404
+                assert answer.json()["detail"] == ("the picows transport serves no /web page; serve with --transport "
+                                                   "uvicorn (the default) to play and replay in a browser")
             assert http.get("/health").json()["status"] == "healthy"
 
 
@@ -156,12 +141,3 @@ def test_serve_help_says_picows_has_no_page() -> None:
                           timeout=60)
     assert done.returncode == 0
     assert "no /web page" in " ".join(done.stdout.split())
-
-
-def test_sample_transcripts_are_what_the_policies_play(wordle_url: str) -> None:
-    """The committed replay fixtures are real games: played again through the server, they come out the same."""
-    played = transcripts(wordle_url)
-    assert sorted(played) == sorted(path.name for path in FIXTURES.glob("wordle-*.jsonl"))
-    for name, text in played.items():
-        assert (FIXTURES / name).read_text() == text, f"{name} changed; rewrite it with tests/transcript_fixtures.py"
-

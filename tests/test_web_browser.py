@@ -1,7 +1,8 @@
 """The /web page in a real headless Chromium (Debian's `chromium`, driven by Playwright) against real servers.
 
 Every game is played through the page's own forms over its own WebSocket; other sessions are real
-`EnvClient`s. The tests skip only when no Chromium is installed (`.ci/run` installs it).
+`EnvClient`s; the transcripts replayed are written by `envkit eval` (Wordle's scripted policies).
+The tests skip only when no Chromium is installed (`.ci/run` installs it).
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from transcript_fixtures import FIXTURES
 
 from envkit import Action, EnvClient, Environment, Observation, State, create_app, tool
 from envkit.serving import app_from_environment, resolve_target
@@ -24,7 +26,7 @@ from envkit.testing import running_server
 CHROMIUM = os.environ.get("ENVKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed: apt-get install -y chromium "
                                 "(or set ENVKIT_CHROMIUM to a Chromium binary); .ci/run installs it")
-SOLVER, RANDOM = FIXTURES / "wordle-solver.jsonl", FIXTURES / "wordle-random.jsonl"
+GAMES = 3
 
 
 class FormsAction(Action):
@@ -70,6 +72,21 @@ class FormsEnvironment(Environment[FormsAction, FormsObservation, State]):
         """
         return json.dumps({"text": text, "count": count, "ratio": ratio, "flag": flag, "mode": mode, "tags": tags,
                            "limit": limit})
+
+
+@pytest.fixture(scope="module")
+def transcripts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two models' transcripts of the same Wordle games: `envkit eval` with the solver and with the random policy."""
+    folder = tmp_path_factory.mktemp("transcripts")
+    paths = (folder / "wordle-solver.jsonl", folder / "wordle-random.jsonl")
+    runs = [subprocess.Popen([sys.executable, "-m", "envkit.cli", "eval", "--env", "wordle", "--policy", policy,
+                              "--games", str(GAMES), "--transcripts", str(path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for policy, path in zip(("solver", "random"), paths)]
+    for run in runs:
+        output, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, output
+    return paths
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +165,7 @@ def test_wordle_won_through_the_forms(page: Page, wordle_url: str) -> None:
     page.click("#call-guess")
     expect(page.locator("#observation-chips")).to_contain_text("reward 1")
     expect(page.locator("#observation-chips")).to_contain_text("done")
+    expect(page.locator("#observation-chips .metric")).to_have_text(["won 1", "guesses 2", "invalid_guesses 0"])
     expect(history(page)).to_have_count(3)
     expect(history(page).nth(2)).to_contain_text('#2guess({"guess":"[crane]"})')
     observation = json.loads(page.locator("#observation-json").text_content())
@@ -194,14 +212,15 @@ def test_raw_step_form_steps_echo(page: Page, echo_url: str) -> None:
     expect(history(page).last).to_contain_text('step {"message":"hello"}')
 
 
-def test_errors_are_shown_where_they_happened(page: Page, wordle_url: str, echo_url: str) -> None:
-    open_page(page, echo_url)
-    page.fill("#step-message", "too early")
+def test_errors_are_shown_where_they_happened(page: Page, wordle_url: str) -> None:
+    open_page(page, wordle_url)
+    page.fill("#step-message", "[crane]")
     page.click("#step-button")
     expect(page.locator("#step-error")).to_have_text(
         'NOT_RESET: step before reset: send {"type": "reset"} to start an episode first')
+    expect(history(page)).to_have_count(1)
+    expect(history(page).first).to_contain_text("NOT_RESET")
 
-    open_page(page, wordle_url)
     page.fill("#reset-seed", "twelve")
     page.click("#reset-button")
     expect(page.locator("#reset-error")).to_have_text('seed: "twelve" is not a whole number')
@@ -331,8 +350,9 @@ def test_api_key_travels_with_every_request(page: Page, echo_url: str) -> None:
     page.press("#api-key", "Enter")   # `change`: the documents are fetched again, with the key, and the view rebuilt
     page.click("#reset-button:not([data-before])")
     expect(page.locator("#session-status")).to_have_text("session open")
-    assert keyed["metadata"] == "s3cret key" and keyed["web/tasks"] == "s3cret key"
-    assert sockets[-1].endswith("/ws?features=text&api_key=s3cret+key")
+    for path in ("metadata", "schema", "tools", "web/reset-arguments", "splits", "tasks"):
+        assert keyed[path] == "s3cret key", path
+    assert sockets[-1].endswith("/ws?features=text%2Cmetrics&api_key=s3cret+key")
     page.reload()   # kept for the browser tab's session, not written to disk
     expect(page.locator("#api-key")).to_have_value("s3cret key")
     assert page.evaluate("() => localStorage.length") == 0
@@ -342,9 +362,10 @@ def load_transcripts(page: Page, *paths: Path) -> None:
     page.set_input_files("#transcript-files", [str(path) for path in paths])
 
 
-def test_replay_shows_two_models_side_by_side(page: Page, wordle_url: str) -> None:
+def test_replay_shows_two_models_side_by_side(page: Page, wordle_url: str, transcripts: tuple[Path, Path]) -> None:
+    solver_file, random_file = transcripts
     page.goto(wordle_url + "/web#replay")
-    load_transcripts(page, SOLVER, RANDOM)
+    load_transcripts(page, solver_file, random_file)
     expect(page.locator("#loaded-files li")).to_have_text(["wordle-solver.jsonl — 3 games", "wordle-random.jsonl — 3 games"])
     expect(page.locator("#game-list button.game")).to_have_count(3)
     expect(page.locator("#compare-title")).to_have_text('wordle · test #0 · {"secret_index":0}')
@@ -353,8 +374,8 @@ def test_replay_shows_two_models_side_by_side(page: Page, wordle_url: str) -> No
     expect(heads.nth(0)).to_contain_text("reward 1")
     expect(heads.nth(0)).to_contain_text("won 1")
     expect(heads.nth(1)).to_contain_text("won 0")
-    solver = [json.loads(line) for line in SOLVER.read_text().splitlines()]
-    random = [json.loads(line) for line in RANDOM.read_text().splitlines()]
+    solver = [json.loads(line) for line in solver_file.read_text().splitlines()]
+    random = [json.loads(line) for line in random_file.read_text().splitlines()]
     # turns are laid out row by row: solver's turn n beside random's turn n
     cells = page.locator(".compare-grid > .turn")
     rows = max(len(solver[0]["turns"]), len(random[0]["turns"]))
@@ -375,20 +396,23 @@ def test_replay_shows_two_models_side_by_side(page: Page, wordle_url: str) -> No
     expect(page.locator("#game-list button.game")).to_have_count(1)
 
 
-def test_replay_files_dropped_on_the_page(page: Page, wordle_url: str) -> None:
+def test_replay_files_dropped_on_the_page(page: Page, wordle_url: str, transcripts: tuple[Path, Path]) -> None:
+    solver_file, random_file = transcripts
     page.goto(wordle_url + "/web#replay")
     page.evaluate("""([solver, random]) => {
         const transfer = new DataTransfer();
         transfer.items.add(new File([solver], "solver.jsonl"));
         transfer.items.add(new File([random], "random.jsonl"));
         document.getElementById("drop-zone").dispatchEvent(new DragEvent("drop", {dataTransfer: transfer, bubbles: true}));
-    }""", [SOLVER.read_text(), RANDOM.read_text()])
+    }""", [solver_file.read_text(), random_file.read_text()])
     expect(page.locator(".column-head .model")).to_have_text(["policy:solver", "policy:random"])
     page.click("#clear-files")
     expect(page.locator(".column-head")).to_have_count(0)
 
 
-def test_bad_and_hostile_transcripts_are_reported_and_shown_as_text(page: Page, wordle_url: str, tmp_path: Path) -> None:
+def test_bad_and_hostile_transcripts_are_reported_and_shown_as_text(page: Page, wordle_url: str, tmp_path: Path,
+                                                                     transcripts: tuple[Path, Path]) -> None:
+    solver_file = transcripts[0]
     attack = '<img src=x onerror="window.pwned=1">'
     game = {"format": "envkit.transcript/1", "model": attack, "env": "wordle", "split": "test", "task_index": 0,
             "task": {"secret_index": 0}, "messages": [{"role": "user", "content": attack}],
@@ -399,7 +423,7 @@ def test_bad_and_hostile_transcripts_are_reported_and_shown_as_text(page: Page, 
     hostile.write_text("\n".join([json.dumps(game), "{not json", "[1, 2]", json.dumps({"model": "x"}),
                                   json.dumps({**game, "format": "other/9", "model": "older"})]) + "\n")
     page.goto(wordle_url + "/web#replay")
-    load_transcripts(page, hostile, SOLVER)
+    load_transcripts(page, hostile, solver_file)
     expect(page.locator("#transcript-problems li")).to_have_count(4)
     problems = page.locator("#transcript-problems li").all_text_contents()
     assert problems[0].startswith("hostile.jsonl line 2: not JSON (")

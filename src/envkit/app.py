@@ -12,17 +12,23 @@ from starlette.websockets import WebSocket
 
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .episode_metrics import check_metrics
+from .mcp import McpEndpoint
+from .metrics import ServerMetrics
+from .ors import OrsSurface
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
-from .web import WEB_PATH, mount_web
+from .web import mount_web
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
+#: Seconds a connection may take to send its request head (the WebSocket handshake) on either transport.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def create_app(
@@ -41,7 +47,9 @@ def create_app(
     ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+    """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
+
+    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.ors`).
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -85,13 +93,15 @@ def create_app(
         raise ConfigurationError(f"observation_cls must be an envkit Observation subclass, got {observation_cls!r}")
 
     tools = tool_specs(env_class)
+    check_metrics(env_class.METRICS, env_class.__qualname__)
     if capacity_wait_s < 0:
         raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
         raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
                                  f"{ping_interval_s} and {ping_timeout_s}")
+    metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s)
+                       ping_timeout_s, metrics)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
 
     @contextlib.asynccontextmanager
@@ -100,15 +110,20 @@ def create_app(
         await pool.shutdown()
 
     name = env_name or env_class.__name__
-    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool,
-                                   {"web": WEB_PATH, **(metadata or {})})
+    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {})
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
-    app.include_router(build_router(documents))
+    app.state.envkit_metrics = metrics
+    ors = OrsSurface(name, env_class, handler)
+    documents.metadata["ors"] = ors.metadata
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     app.add_api_websocket_route("/ws", handler)
-    mount_web(app, env_class)
+    mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
+    app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    documents.metadata["web"] = mount_web(app, env_class)
     return app
 
 

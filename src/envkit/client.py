@@ -3,7 +3,8 @@
 A session is one WebSocket connection. When it drops mid-episode, the pending call and every
 later `step`, `state` or tool call raise `SessionLostError`; only `reset()` opens a new session,
 because it starts a new episode anyway. Keepalive pings notice a vanished peer within
-`ping_interval + ping_timeout` seconds.
+`ping_interval + ping_timeout` seconds. A call cancelled or timed out after its frame went out
+ends the session the same way, so its reply can never be taken for a later call's.
 
 Works against envkit servers and OpenEnv servers alike (reset, step, state, close).
 """
@@ -33,8 +34,8 @@ T = TypeVar("T")
 class StepResult:
     """What `reset` and `step` return: the observation, its reward and whether the episode ended.
 
-    `text` is the observation as the environment renders it for a language model (envkit servers only; None from
-    servers that do not send it).
+    `text` is the observation as the environment renders it for a language model, and `metrics` the episode's
+    metrics after this move (`Environment.episode_metrics()`); both from envkit servers only, None otherwise.
     """
 
     observation: Any
@@ -42,17 +43,20 @@ class StepResult:
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
+    metrics: dict[str, float] | None = None
 
 
 @dataclass
 class ToolResult:
-    """What a tool call returns: the text for the agent, plus the observation when the tool acted."""
+    """What a tool call returns: the text for the agent, plus the observation when the tool acted, and the
+    episode's metrics after the call (environments that declare metrics)."""
 
     tool: str
     text: str
     observation: Any = None
     reward: float | None = None
     done: bool | None = None
+    metrics: dict[str, float] | None = None
 
 
 def websocket_url(base_url: str) -> str:
@@ -101,12 +105,13 @@ class EnvClient:
         self.message_timeout = message_timeout
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
-        self.headers = {FEATURES_HEADER: "text", **(headers or {})}
+        self.headers = {FEATURES_HEADER: "text,metrics", **(headers or {})}
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
         self._lock = asyncio.Lock()
         self._close_callbacks: list[Callable[[], Awaitable[None]]] = []
+        self._closing: set[asyncio.Future[None]] = set()   # connections of abandoned calls, closing
         self.session_id: str | None = None
 
     @classmethod
@@ -152,7 +157,8 @@ class EnvClient:
             data = frame.get("data") or {}
         except Exception:
             data = {}
-        await ws.close()
+        finally:
+            await ws.close()
         message = data.get("message", f"session refused ({refused})")
         if refused == "capacity":
             raise CapacityError(self.ws_url, message, data.get("active_sessions"), data.get("max_sessions"))
@@ -173,6 +179,8 @@ class EnvClient:
         """End the session and close the connection; safe to call more than once."""
         try:
             await self._drop()
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
         finally:
             callbacks, self._close_callbacks = self._close_callbacks, []
             for callback in callbacks:
@@ -191,7 +199,7 @@ class EnvClient:
 
     # -- episode ------------------------------------------------------------------------------
 
-    async def reset(self, **kwargs: Any) -> StepResult:
+    async def reset(self, /, **kwargs: Any) -> StepResult:
         """Start a new episode; opens a fresh session if the previous one was lost or never opened."""
         if self._ws is None or self._lost is not None:
             await self.connect()
@@ -206,13 +214,14 @@ class EnvClient:
         """The environment's current state."""
         return await self._request({"type": "state"}, "state")
 
-    async def call(self, tool: str, **args: Any) -> ToolResult:
-        """Call one of the environment's tools (envkit servers only)."""
+    async def call(self, tool: str, /, **args: Any) -> ToolResult:
+        """Call one of the environment's tools (envkit servers only); every keyword is one of its arguments."""
         data = await self._request({"type": "call", "data": {"tool": tool, "args": args}}, "tool_result")
         observation = data.get("observation")
         if observation is not None and self.observation_cls is not None:
             observation = self._parse_observation(data)
-        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"))
+        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"),
+                          data.get("metrics"))
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -241,6 +250,15 @@ class EnvClient:
     # -- internals ----------------------------------------------------------------------------
 
     async def _request(self, frame: dict[str, Any], expected: str) -> Any:
+        """Send one frame and read its reply, one call at a time.
+
+        A call that is cancelled (or given up by `asyncio.timeout`, `wait_for`, or `message_timeout`) once its
+        frame may have gone out ends the session: the next call raises `SessionLostError`, and `reset()` opens
+        a fresh session. The reply still on its way belongs to the abandoned call, so the connection that would
+        carry it is closed rather than read on. Reading and discarding it instead would keep the connection, but
+        the caller could not know whether the abandoned action took effect, and the next call would wait behind
+        the very reply the caller gave up on. A call cancelled before its frame went out changes nothing.
+        """
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -249,23 +267,23 @@ class EnvClient:
             ws = self._ws
             assert ws is not None
             try:
-                await ws.send(orjson.dumps(frame).decode())
-            except ConnectionClosed as error:
-                # A server that refuses a session (OpenEnv at capacity) may send its error frame and close
-                # before our first frame arrives: read what is queued, and lose the session for what follows.
-                closed_early: ConnectionClosed | None = error
-            else:
-                closed_early = None
-            try:
-                raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
-            except ConnectionClosed as error:
-                raise self._lose(error) from None
-            except asyncio.TimeoutError:
-                self._lost = SessionLostError(f"no reply within {self.message_timeout:g}s; the session was closed so "
-                                              "that later replies cannot be mistaken for new ones", None, self.session_id)
-                self._ws = None
-                asyncio.ensure_future(ws.close())
-                raise self._lost from None
+                try:
+                    await ws.send(orjson.dumps(frame).decode())
+                except ConnectionClosed as error:
+                    # A server that refuses a session (OpenEnv at capacity) may send its error frame and close
+                    # before our first frame arrives: read what is queued, and lose the session for what follows.
+                    closed_early: ConnectionClosed | None = error
+                else:
+                    closed_early = None
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
+                except ConnectionClosed as error:
+                    raise self._lose(error) from None
+                except asyncio.TimeoutError:
+                    raise self._abandon(ws, f"no reply within {self.message_timeout:g}s") from None
+            except asyncio.CancelledError:
+                self._abandon(ws, "a call was cancelled before its reply arrived")
+                raise
             if closed_early is not None:
                 self._lose(closed_early)
         reply = orjson.loads(raw)
@@ -280,6 +298,16 @@ class EnvClient:
         if kind != expected:
             raise ProtocolError(f"expected a {expected!r} frame, got {kind!r}")
         return data
+
+    def _abandon(self, ws: ClientConnection, why: str) -> SessionLostError:
+        """Lose the session of a call given up while its reply may still come, and close its connection."""
+        self._lost = SessionLostError(f"{why}; the session was closed so that its reply cannot be taken for a later "
+                                      "call's", None, self.session_id)
+        self._ws = None
+        closing = asyncio.ensure_future(ws.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return self._lost
 
     def _lose(self, error: ConnectionClosed) -> SessionLostError:
         frame = error.rcvd
@@ -297,7 +325,7 @@ class EnvClient:
 
     def _step_result(self, data: dict[str, Any]) -> StepResult:
         return StepResult(self._parse_observation(data), data.get("reward"), bool(data.get("done", False)),
-                          data.get("metadata") or {}, data.get("text"))
+                          data.get("metadata") or {}, data.get("text"), data.get("metrics"))
 
     def sync(self) -> SyncEnvClient:
         """A synchronous client over this one (its calls run on a shared background event loop)."""
@@ -317,7 +345,12 @@ class _BackgroundLoop:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="envkit-client-loop", daemon=True).start()
                 cls._loop = loop
-        return asyncio.run_coroutine_threadsafe(coroutine, cls._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, cls._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()   # interrupted (Ctrl-C): the call ends here, as a cancelled async call does
+            raise
 
 
 class SyncEnvClient:
@@ -353,7 +386,7 @@ class SyncEnvClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def reset(self, **kwargs: Any) -> StepResult:
+    def reset(self, /, **kwargs: Any) -> StepResult:
         return _BackgroundLoop.run(self.client.reset(**kwargs))
 
     def step(self, action: BaseModel | dict[str, Any]) -> StepResult:
@@ -362,7 +395,7 @@ class SyncEnvClient:
     def state(self) -> dict[str, Any]:
         return _BackgroundLoop.run(self.client.state())
 
-    def call(self, tool: str, **args: Any) -> ToolResult:
+    def call(self, tool: str, /, **args: Any) -> ToolResult:
         return _BackgroundLoop.run(self.client.call(tool, **args))
 
     def tools(self) -> list[dict[str, Any]]:

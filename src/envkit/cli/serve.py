@@ -28,13 +28,15 @@ from ..errors import ConfigurationError
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route, the /web page) or picows (about twice the "
-                   "steps/s; /ws and GET /health /schema /metadata /tools only: no /web page; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route: /mcp, the Open Reward Standard and the /web page "
+                   "included) or picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics "
+                   "only: no /mcp, no Open Reward Standard, no /web page; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
-    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
+    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
+    to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
 
     With the default uvicorn transport, http://HOST:PORT/web (and / redirects there) is a page to
     play the environment in a browser and to replay transcripts; the picows transport has no page.

@@ -70,8 +70,20 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
                    "columns are optional).")
 @click.option("--num-episodes", type=int, default=None,
-              help="Without --dataset: how many distinct episodes (seeds) the environments provide. [default: 64]")
+              help="Without --dataset: how many episodes (rows) the environments provide. [default: 64 seeds; with "
+                   "tasks (--split, or an Open Reward Standard server): every task once]")
+@click.option("--split", default=None, metavar="NAME",
+              help="Train on the tasks of this split (e.g. train): each task's reset arguments become a row. "
+                   "[default: seeds; for an Open Reward Standard server its train split]")
+@click.option("--protocol", type=click.Choice(["auto", "envkit", "ors"]), default=None,
+              help="What the --env-url servers speak: envkit's WebSocket protocol, or the Open Reward Standard "
+                   "(an openreward-SDK server). [default: auto, found out from each server]")
 @click.option("--seed", type=int, default=None, help="[default: 0]")
+@click.option("--eval-games", type=int, default=None,
+              help="Before and after training, play this many games of each environment's test split greedily "
+                   "(as `envkit eval` does) and print both rows. [default: 0, none]")
+@click.option("--transcripts-per-step", type=int, default=None,
+              help="Episodes written to OUTPUT_DIR/transcripts.jsonl at each logging step. [default: 4]")
 @click.option("--report-to", type=click.Choice(["none", "trackio"]), default=None,
               help="Also log metrics to trackio. [default: none]")
 @click.option("--reconnect-timeout", type=float, default=None,
@@ -90,6 +102,9 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
       envkit train --env echo --env-url http://127.0.0.1:8001 --model ./my-model
       envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate --num-generations 16
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
+      envkit train --env wordle --eval-games 30
+      envkit train --env wordle --split train
+      envkit train --env-url http://127.0.0.1:8080 --protocol ors    # an openreward-SDK server
       envkit train --config train.yaml --max-steps 100
     """
     from ..train.settings import settings_from

@@ -2,12 +2,12 @@
 
 The page is plain HTML, CSS and JavaScript from `static/`, served by the app itself: no build
 step and nothing fetched from elsewhere, so it works offline (a Hugging Face Space included).
-It is a client like any other: it reads `/metadata`, `/schema` and `/tools`, plays over `/ws`
-(asking for the text rendering with `/ws?features=text`, since browsers cannot set handshake
-headers), and reads what only it needs from two JSON routes here:
+It is a client like any other: it reads `/metadata`, `/schema` and `/tools`, the splits and tasks
+from the Open Reward Standard routes (`GET /splits`, `POST /tasks`), plays over `/ws` (asking for
+the text rendering with `/ws?features=text`, since browsers cannot set handshake headers), and
+reads the one thing no other route describes from its own JSON route:
 
-    GET /web/tasks           {"reset": JSON schema of reset's arguments, "splits": {"train": 105, ...}}
-    GET /web/tasks/{split}   {"split": "train", "tasks": [{...reset arguments...}, ...]}
+    GET /web/reset-arguments   the JSON schema of the keyword arguments `reset` takes
 
 `GET /` redirects to `/web`, so a server's (and a Space's) root opens the page. Replays run in the
 browser alone: transcript files are read locally and never uploaded.
@@ -16,24 +16,21 @@ browser alone: transcript files are read locally and never uploaded.
 from __future__ import annotations
 
 import inspect
-import logging
+import json
 import typing
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from ..environment import Environment, UnknownSplitError
+from ..environment import Environment
 from ..errors import ToolDefinitionError
 from ..tools import json_schema_for, parse_google_docstring
 from ..ws_handler import reset_method
 
 __all__ = ["WEB_PATH", "mount_web", "reset_schema"]
-
-logger = logging.getLogger("envkit.server")
 
 WEB_PATH = "/web"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -47,10 +44,12 @@ _PAGE_HEADERS = {
 }
 
 
-def mount_web(app: FastAPI, env_class: type[Environment]) -> None:
-    """Serve the page at `/web` (its files under `/web/static`), its JSON routes, and `/` → `/web`."""
+def mount_web(app: FastAPI, env_class: type[Environment]) -> dict[str, Any]:
+    """Serve the page at `/web` (its files under `/web/static`), its JSON route, and `/` → `/web`;
+    returns what `/metadata` says about the page."""
     app.include_router(_router(env_class))
     app.mount(f"{WEB_PATH}/static", StaticFiles(directory=STATIC_DIR), name="web-static")
+    return {"served": True, "path": WEB_PATH}
 
 
 def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
         if param.kind is param.VAR_KEYWORD:
             open_ended = True
             continue
-        if param.kind is param.VAR_POSITIONAL:
+        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):   # no keyword reaches them
             continue
         try:
             schema = json_schema_for(hints[param.name], f"{env_class.__name__}.reset({param.name})") \
@@ -83,7 +82,7 @@ def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
             schema["description"] = described[param.name]
         if param.default is inspect.Parameter.empty:
             required.append(param.name)
-        elif param.default is not None:
+        elif param.default is not None and _is_json(param.default):
             schema["default"] = param.default
         properties[param.name] = schema
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": open_ended}
@@ -92,6 +91,7 @@ def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
 def _router(env_class: type[Environment]) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     index = STATIC_DIR / "index.html"
+    schema = reset_schema(env_class)
 
     @router.get("/")
     async def root(request: Request) -> RedirectResponse:
@@ -103,28 +103,18 @@ def _router(env_class: type[Environment]) -> APIRouter:
         """The page: play the environment, replay transcripts."""
         return FileResponse(index, media_type="text/html", headers=_PAGE_HEADERS)
 
-    @router.get(f"{WEB_PATH}/tasks")
-    async def splits() -> Response:
-        """What a reset takes, and how many tasks each split holds."""
-        try:
-            counts = {split: len(env_class.tasks(split)) for split in env_class.splits()}
-        except Exception as error:
-            return _environment_failed("splits() or tasks()", error)
-        return JSONResponse({"reset": reset_schema(env_class), "splits": counts})
-
-    @router.get(f"{WEB_PATH}/tasks/{{split}}")
-    async def tasks(split: str) -> Response:
-        """The tasks of one split, each the reset arguments of one episode."""
-        try:
-            return JSONResponse({"split": split, "tasks": jsonable_encoder(list(env_class.tasks(split)))})
-        except UnknownSplitError as error:
-            return JSONResponse({"detail": str(error)}, status_code=404)
-        except Exception as error:
-            return _environment_failed(f"tasks({split!r})", error)
+    @router.get(f"{WEB_PATH}/reset-arguments")
+    async def reset_arguments() -> dict[str, Any]:
+        """The JSON schema of the keyword arguments `reset` takes (the page's reset form)."""
+        return schema
 
     return router
 
 
-def _environment_failed(call: str, error: Exception) -> JSONResponse:
-    logger.error("the environment's %s raised", call, exc_info=error)
-    return JSONResponse({"detail": f"the environment's {call} raised {type(error).__name__}: {error}"}, status_code=500)
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

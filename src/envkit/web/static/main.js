@@ -23,7 +23,8 @@ function showBanner(messages) {
 
 let play = null;
 
-/** Read /metadata, /schema, /tools and /web/tasks, then (re)build the play view (ending the session of the last one). */
+/** Read /metadata, /schema, /tools, /web/reset-arguments and /splits, then (re)build the play view (ending the
+ * session of the last one). */
 async function loadPlay() {
   const problems = [];
   const fetchOr = async (path) => {
@@ -34,7 +35,8 @@ async function loadPlay() {
       return null;
     }
   };
-  const [metadata, schema, tools, tasks] = await Promise.all(["/metadata", "/schema", "/tools", "/web/tasks"].map(fetchOr));
+  const [metadata, schema, tools, resetArguments, splits] = await Promise.all(
+    ["/metadata", "/schema", "/tools", "/web/reset-arguments", "/splits"].map(fetchOr));
   showBanner(problems);
   if (metadata) {
     document.getElementById("env-name").textContent = String(metadata.name ?? "environment");
@@ -47,7 +49,7 @@ async function loadPlay() {
     fill(views.play, h("p", { class: "muted" }, "The server's documents could not be read (see above), so there is nothing to play. The Replay view works without them."));
     return;
   }
-  play = renderPlay(views.play, { metadata, schema, tools, tasks });
+  play = renderPlay(views.play, { schema, tools, resetArguments, splits: Array.isArray(splits) ? splits : [] });
 }
 
 const keyInput = document.getElementById("api-key");

@@ -1,8 +1,8 @@
 // The play view: reset, call tools, step and ask for the state over one /ws session, and watch the episode.
 
-import { chip, compact, doneChip, fill, h, pretty, rewardChip } from "./dom.js";
+import { chip, compact, doneChip, fill, h, number, pretty, rewardChip } from "./dom.js";
 import { objectForm } from "./forms.js";
-import { Connection, SessionLost, getJSON } from "./server.js";
+import { Connection, SessionLost, postJSON } from "./server.js";
 import { turnView } from "./turns.js";
 
 const MAX_FRAMES_SHOWN = 100;
@@ -21,9 +21,9 @@ function showError(box, message) {
   box.hidden = !message;
 }
 
-/** Build the play view in `root` from the server's documents (`tasks` may be null); returns {dispose()},
- * which ends the view's session. */
-export function renderPlay(root, { metadata, schema, tools, tasks }) {
+/** Build the play view in `root` from the server's documents (`resetArguments` may be null; `splits` is the
+ * `GET /splits` list); returns {dispose()}, which ends the view's session. */
+export function renderPlay(root, { schema, tools, resetArguments, splits }) {
   const ui = {};
   const frames = [];
   let history = [];
@@ -37,15 +37,15 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
   });
 
   // ---- episode: task picker, reset form, session buttons -----------------------------------
-  const resetSchema = tasks ? tasks.reset : { type: "object", properties: {}, additionalProperties: true };
+  const resetSchema = resetArguments || { type: "object", properties: {}, additionalProperties: true };
   ui.resetForm = objectForm(resetSchema, resetSchema, "reset", { extra: resetSchema.additionalProperties === true });
   ui.resetError = errorBox("reset-error");
   ui.status = h("span", { id: "session-status", class: "status idle" }, "no session");
-  const splits = tasks ? Object.entries(tasks.splits || {}) : [];
+  const splitNames = splits.map((split) => (split && typeof split.name === "string" ? split.name : null)).filter(Boolean);
   let picker = null;
-  if (splits.length) {
-    ui.split = h("select", { id: "task-split", "aria-label": "split" },
-      splits.map(([name, count]) => h("option", { value: name }, `${name} (${count})`)));
+  if (splitNames.length) {
+    ui.split = h("select", { id: "task-split", "aria-label": "split", onchange: () => loadTasks(ui.split.value).catch(() => {}) },
+      splitNames.map((name) => h("option", { value: name }, name)));
     ui.taskIndex = h("input", { id: "task-index", type: "number", min: 0, value: "0", "aria-label": "task number" });
     ui.taskPreview = h("code", { id: "task-preview", class: "task-preview" });
     picker = h("div", { class: "task-picker" },
@@ -118,6 +118,7 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
 
   // ---- behaviour ---------------------------------------------------------------------------
   const view = { dispose: () => connection.close() };
+  if (splitNames.length) loadTasks(splitNames[0]).catch((error) => showError(ui.resetError, error.message));
   function setStatus(kind, text) {
     ui.status.className = `status ${kind}`;
     ui.status.textContent = text;
@@ -158,8 +159,11 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     }
   }
 
-  function showObservation(text, observation, reward, done) {
-    fill(ui.chips, rewardChip(reward), doneChip(done), done === true ? h("span", { class: "muted" }, "Episode over: Reset to play again.") : null);
+  function showObservation(text, observation, reward, done, metrics) {
+    const metricChips = metrics && typeof metrics === "object" && !Array.isArray(metrics)
+      ? Object.entries(metrics).map(([name, value]) => chip(`${name} ${typeof value === "number" ? number(value) : compact(value)}`, "metric")) : [];
+    fill(ui.chips, rewardChip(reward), doneChip(done), metricChips,
+      done === true ? h("span", { class: "muted" }, "Episode over: Reset to play again.") : null);
     ui.text.textContent = text === undefined || text === null ? "(the server sent no text rendering)" : String(text);
     ui.json.textContent = observation === null || observation === undefined ? "(the tool returned text only)" : pretty(observation);
     document.getElementById("observation-card").classList.toggle("is-done", done === true);
@@ -179,7 +183,7 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     if (!reply) return;
     if (reply.type !== "observation") return showError(ui.resetError, `unexpected reply to reset: ${compact(reply)}`);
     const data = reply.data || {};
-    showObservation(data.text, data.observation, data.reward, data.done);
+    showObservation(data.text, data.observation, data.reward, data.done, data.metrics);
     history = [];
     ui.history.replaceChildren();
     ui.state.textContent = "—";
@@ -192,7 +196,7 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     const { reply, error } = await exchange({ type: "call", data: { tool: name, args: values } }, box);
     if (!reply) return addTurn({ kind: "call", tool: name, arguments: values, error });
     const data = reply.data || {};
-    showObservation(data.result, data.observation, data.reward, data.done);
+    showObservation(data.result, data.observation, data.reward, data.done, data.metrics);
     addTurn({ kind: "call", tool: name, arguments: values, result: data.result, reward: data.reward, done: data.done });
   }
 
@@ -202,7 +206,7 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     const { reply, error } = await exchange({ type: "step", data: values }, ui.stepError);
     if (!reply) return addTurn({ kind: "step", arguments: values, error });
     const data = reply.data || {};
-    showObservation(data.text, data.observation, data.reward, data.done);
+    showObservation(data.text, data.observation, data.reward, data.done, data.metrics);
     addTurn({ kind: "step", arguments: values, result: data.text, reward: data.reward, done: data.done });
   }
 
@@ -225,9 +229,16 @@ export function renderPlay(root, { metadata, schema, tools, tasks }) {
     }
   }
 
+  /** The tasks of a split (`POST /tasks`, once per split); the task number's range follows them. */
   async function loadTasks(split) {
-    if (!taskCache.has(split)) taskCache.set(split, (await getJSON(`/web/tasks/${encodeURIComponent(split)}`)).tasks);
-    return taskCache.get(split);
+    if (!taskCache.has(split)) {
+      const answer = await postJSON("/tasks", { split });
+      taskCache.set(split, Array.isArray(answer.tasks) ? answer.tasks : []);
+    }
+    const list = taskCache.get(split);
+    for (const option of ui.split.options) if (option.value === split) option.textContent = `${split} (${list.length})`;
+    if (ui.split.value === split) ui.taskIndex.max = String(Math.max(0, list.length - 1));
+    return list;
   }
 
   async function useTask() {

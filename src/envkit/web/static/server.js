@@ -15,35 +15,46 @@ export function setApiKey(key) {
 }
 
 /** GET a JSON document of the server; throws an Error whose message says what went wrong. */
-export async function getJSON(path) {
+export function getJSON(path) {
+  return requestJSON(path, { method: "GET" });
+}
+
+/** POST a JSON body and read the JSON answer; errors as `getJSON`. */
+export function postJSON(path, body) {
+  return requestJSON(path, { method: "POST", body: JSON.stringify(body), contentType: "application/json" });
+}
+
+async function requestJSON(path, { method, body, contentType }) {
   const headers = { Accept: "application/json" };
+  if (contentType) headers["Content-Type"] = contentType;
   if (apiKey()) headers["X-API-Key"] = apiKey();
   let response;
   try {
-    response = await fetch(BASE + path, { headers, cache: "no-store" });
+    response = await fetch(BASE + path, { method, headers, body, cache: "no-store" });
   } catch (error) {
     throw new Error(`cannot reach the server for ${path}: ${error.message}`);
   }
-  let body = null;
+  let answer = null;
   try {
-    body = await response.json();
+    answer = await response.json();
   } catch (error) {
-    body = null;
+    answer = null;
   }
   if (!response.ok) {
-    const detail = body && body.detail !== undefined ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : response.statusText;
+    const detail = answer && answer.detail !== undefined ? (typeof answer.detail === "string" ? answer.detail : JSON.stringify(answer.detail)) : response.statusText;
     const hint = response.status === 401 || response.status === 403 ? " — enter the server's API key at the top right" : "";
     throw new Error(`${path}: HTTP ${response.status} ${detail}${hint}`);
   }
-  if (body === null) throw new Error(`${path}: the server did not answer with JSON`);
-  return body;
+  if (answer === null) throw new Error(`${path}: the server did not answer with JSON`);
+  return answer;
 }
 
-/** The /ws URL of this server, asking for the text rendering of observations (and carrying the API key). */
+/** The /ws URL of this server, asking for the text rendering of observations and the episode's metrics
+ * (and carrying the API key). */
 export function socketURL() {
   const url = new URL(BASE + "/ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  url.searchParams.set("features", "text");
+  url.searchParams.set("features", "text,metrics");
   if (apiKey()) url.searchParams.set("api_key", apiKey());
   return url.toString();
 }
