@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 from typing import Iterator
@@ -71,9 +72,13 @@ def counter_url(transport: str) -> Iterator[str]:
 REPO = TESTS_DIR.parent
 
 
-def third_party_python(name: str, requirement: str, module: str, override: str) -> str:
+def third_party_python(name: str, requirement: str, module: str, override: str, *, sees_runner: bool = False) -> str:
     """The python of a third-party client's own venv: `$override` if set, else `benchmarks/.venv-NAME`,
-    created and `pip install`ed on first use (reused as it is afterwards)."""
+    created and `pip install`ed on first use (reused as it is afterwards).
+
+    `sees_runner`: the venv also sees the packages of the interpreter running the tests (torch, trl, envkit),
+    for clients that must run beside them; its own packages come first.
+    """
     configured = os.environ.get(override)
     if configured:
         return configured
@@ -81,6 +86,9 @@ def third_party_python(name: str, requirement: str, module: str, override: str) 
     python = home / "bin" / "python"
     if not python.exists():
         venv.create(home, with_pip=True)
+        if sees_runner:
+            site = next(home.glob("lib/python*/site-packages"))
+            (site / "_runner_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode != 0:
         subprocess.run([str(python), "-m", "pip", "install", "-q", requirement], check=True)
     return str(python)

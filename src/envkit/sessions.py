@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel
 
@@ -30,7 +30,18 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["Session", "SessionPool", "new_session_id"]
+__all__ = ["Session", "SessionPool", "SharedLimit", "new_session_id"]
+
+class SharedLimit(Protocol):
+    """A session limit that several processes count against together."""
+
+    def try_reserve(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def in_use(self) -> int:
+        """Sessions open in all the processes together."""
+
 
 Closer = Callable[[int, str], Awaitable[None]]
 Pinger = Callable[[], None]
@@ -196,6 +207,9 @@ class SessionPool:
         self.closing = 0
         self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}
+        #: A limit shared with other processes serving the same port (`envkit.workers`): a slot is taken
+        #: there too, and given back there when released. None for a server of its own.
+        self.shared_limit: SharedLimit | None = None
         self._ended: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
@@ -210,9 +224,16 @@ class SessionPool:
         """Sessions open or being opened right now."""
         return self._reserved
 
+    @property
+    def active_everywhere(self) -> int:
+        """Sessions open here and in the processes sharing the limit (`shared_limit`): what the limit counts."""
+        return self.shared_limit.in_use() if self.shared_limit is not None else self._reserved
+
     def try_reserve(self) -> bool:
         """Take a slot for a new connection; False at capacity or during shutdown."""
         if self.shutting_down or self._reserved >= self.max_sessions:
+            return False
+        if self.shared_limit is not None and not self.shared_limit.try_reserve():
             return False
         self._reserved += 1
         return True
@@ -255,6 +276,8 @@ class SessionPool:
                 waiter.set_result(True)
                 return
         self._reserved -= 1
+        if self.shared_limit is not None:
+            self.shared_limit.release()
         if self._reserved == 0 and self._closed_since_reclaim >= self.RECLAIM_MIN_CLOSED and self._reclaim is None:
             self._reclaim = asyncio.get_running_loop().call_later(self.RECLAIM_AFTER_S, self._reclaim_if_idle)
 

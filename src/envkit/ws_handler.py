@@ -238,10 +238,11 @@ class SessionHandler:
             return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                    max_sessions=pool.max_sessions),
                            CloseCode.SHUTDOWN, "server shutting down", message)
-        message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
+        active = pool.active_everywhere
+        message = (f"server at capacity: {active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
         pool.metrics.refused("capacity", message)
-        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
                                                max_sessions=pool.max_sessions),
                        CloseCode.CAPACITY, "server at capacity", message)
 
