@@ -43,7 +43,8 @@ logger = logging.getLogger("envkit.server")
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER",
+           "reset_method"]
 
 
 class Refusal(NamedTuple):
@@ -67,11 +68,15 @@ class SessionRefused(Exception):
         self.refusal = refusal
 
 
+def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
+    """The method that serves `reset` frames: `reset_async` when the class overrides it, else `reset`."""
+    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+
+
 def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
     """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
     name of its bound first parameter (`self`), which no keyword can reach."""
-    method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
-    parameters = list(inspect.signature(method).parameters.values())
+    parameters = list(inspect.signature(reset_method(env_class)).parameters.values())
     bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
     names = set()
     for param in parameters[1:]:
@@ -120,7 +125,8 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
+                                      websocket.scope.get("query_string", b""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -156,7 +162,8 @@ class SessionHandler:
         session.close_socket = close_socket   # reaping and shutdown now close this socket with their code
         try:
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
-            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
+                                      websocket.scope.get("query_string", b""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
