@@ -83,9 +83,10 @@ def test_an_unknown_hub_model_offline_fails_at_once_naming_what_was_tried(tmp_pa
     done = envkit("train", "--model", "nosuch/model-xyz", "--output-dir", str(tmp_path / "out"),
                   env=hub_env(tmp_path, HF_HUB_OFFLINE="1"))
     line = one_line(done)
-    assert done.returncode == 1 and time.monotonic() - started < 60
-    assert line.startswith("Error: --model nosuch/model-xyz: not a local folder, not in the Hugging Face cache")
-    assert "HF_HUB_OFFLINE is set" in line and "hf download nosuch/model-xyz" in line
+    assert done.returncode == 2 and time.monotonic() - started < 60
+    assert line.startswith("envkit train: error: --model nosuch/model-xyz: not a local folder, and not in the "
+                           "Hugging Face cache while HF_HUB_OFFLINE is set, so the Hub was not asked")
+    assert "hf download nosuch/model-xyz" in line
     assert "serving" not in done.stdout + done.stderr and not (tmp_path / "out").exists()
 
 
@@ -93,7 +94,7 @@ def test_an_unknown_hub_model_is_reported_from_the_hubs_answer(tmp_path: Path, s
     _NoSuchRepo.requests.clear()
     done = envkit("train", "--model", "nosuch/model-xyz", env=hub_env(tmp_path, HF_ENDPOINT=stand_in_hub))
     line = one_line(done)
-    assert done.returncode == 1 and "has no model of that name" in line and stand_in_hub in line
+    assert done.returncode == 2 and "has no model of that name" in line and stand_in_hub in line
     asked = [path for path in _NoSuchRepo.requests if path.startswith("/api/models/")]
     assert asked == ["/api/models/nosuch/model-xyz"]  # asked once, no retries
 
@@ -102,23 +103,28 @@ def test_an_unreachable_hub_is_named_without_retries(tmp_path: Path) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     done = envkit("train", "--model", "nosuch/model-xyz", env=hub_env(tmp_path, HF_ENDPOINT=nowhere))
     line = one_line(done)
-    assert done.returncode == 1 and f"the Hub ({nowhere}) could not be reached" in line
+    assert done.returncode == 2 and f"the Hub ({nowhere}) could not be reached" in line
 
 
 @pytest.mark.parametrize("model, message", [
     ("./does-not-exist", "no such folder"),
-    ("bad id!!", "not a Hugging Face Hub id"),
+    ("bad id!!", "neither a folder nor a Hub id"),
 ])
 def test_a_model_path_that_is_not_there_says_so(tmp_path: Path, model: str, message: str) -> None:
     done = envkit("train", "--model", model, env=hub_env(tmp_path, HF_HUB_OFFLINE="1"), cwd=tmp_path)
     line = one_line(done)
-    assert done.returncode == 1 and message in line and "HFValidationError" not in line
+    assert done.returncode == 2 and message in line and "HFValidationError" not in line
+
+
+def test_eval_checks_its_models_the_same_way(tmp_path: Path) -> None:
+    done = envkit("eval", "--env", "echo", "--model", "nosuch/model-xyz", env=hub_env(tmp_path, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 2 and "HF_HUB_OFFLINE is set, so the Hub was not asked" in one_line(done)
 
 
 def test_a_folder_without_a_model_says_so(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     done = envkit("train", "--model", str(tmp_path / "empty"), env=hub_env(tmp_path, HF_HUB_OFFLINE="1"))
-    assert done.returncode == 1 and "holds no model (no config.json)" in one_line(done)
+    assert done.returncode == 2 and "the folder has no config.json" in one_line(done)
 
 
 # -- envkit serve --------------------------------------------------------------------------------------------

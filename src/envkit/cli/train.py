@@ -125,7 +125,6 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
 
-    from ..train.models import ModelNotFoundError
     from ..train.runner import TrainingStopped, run
     from ..train.schema import BindingError
 
@@ -133,7 +132,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
     try:
         summary = run(settings, say=say, show_steps=not quiet)
-    except (BindingError, ModelNotFoundError) as error:
+    except BindingError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(1)
     except ConfigurationError as error:

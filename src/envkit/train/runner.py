@@ -4,8 +4,8 @@
     from envkit.train.settings import TrainSettings
     summary = run(TrainSettings(env=["echo"], model="tiny", max_steps=5))
 
-The model is located first (`models.locate_model`), before anything is served or built: a model
-that is nowhere raises `ModelNotFoundError`. If the environment servers stay unreachable past
+The model is checked first (`model_check.check_model`), before anything is served or built: a model
+that is nowhere raises `ConfigurationError`. If the environment servers stay unreachable past
 `reconnect_timeout` the run stops with `TrainingStopped`; the metrics, plot and summary of the
 steps done are still written.
 """
@@ -28,7 +28,7 @@ from ..ors_client import OrsServer, is_ors_server
 from .binding import ServedEnvironment, Tally, bind, tool_names
 from .data import env_rows, file_rows, task_prompt, task_rows
 from .embedded import serve_envs
-from .models import locate_model
+from .model_check import check_model
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
 from .settings import SEED_EPISODES, TrainSettings
@@ -69,15 +69,12 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
-    source = locate_model(settings.model)
+    check_model(settings.model)
     claimed = settings.claim_output_dir()
     if claimed.output_dir != settings.output_dir:
         say(f"{settings.output_dir}/ holds an earlier run: this one goes to {claimed.output_dir}/ "
             "(--overwrite replaces it instead)")
     settings = claimed
-    if source.kind != "tiny":
-        say(f"model {settings.model}: " + {"folder": "local folder", "cache": f"in the Hugging Face cache ({source.path})",
-                                          "hub": "on the Hugging Face Hub (downloaded on first use)"}[source.kind])
     with ExitStack() as stack:
         urls, players = _environment_urls(settings, stack, say)
         prepared = prepare(settings, urls, say, show_steps=show_steps, players=players)
