@@ -7,6 +7,11 @@ is the machinery underneath: frames arrive in picows callbacks, and a frame of a
 environment is answered inside its callback, with no task per connection or per message (keepalive
 pings come from the session pool's one sweep over all sessions).
 
+Access (API keys, Origin, Host) is checked in the handshake by the app's own `AccessPolicy`, as on
+uvicorn: a refused request gets the same status and JSON body, and a refused WebSocket is never
+upgraded. Not supported: `max_sessions_per_client` (picows's handshake callback does not see the
+client's address), so an app with that limit is refused at start-up.
+
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
 HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
@@ -42,7 +47,9 @@ from picows import (
 )
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
+from .access import AccessPolicy
 from .environment import Environment
+from .errors import ConfigurationError
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
 from .routes import Documents
 from .sessions import Session, new_session_id
@@ -321,27 +328,43 @@ class PicowsServer:
         handler, documents = getattr(app, "session_handler", None), getattr(app, "documents", None)
         if handler is None or documents is None:
             raise TypeError(f"PicowsServer serves apps made by envkit.create_app, got {type(app).__name__}")
+        if handler.pool.max_sessions_per_client is not None:
+            raise ConfigurationError("the picows transport does not enforce max_sessions_per_client (it cannot see a "
+                                     "client's address before answering the handshake); serve with uvicorn")
+        self.app = app
         self.handler: SessionHandler = handler
         self.documents: Documents = documents
+        self.access: AccessPolicy | None = getattr(app, "access", None)
         self.max_frame_bytes = max_frame_bytes
-        self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps(self.documents.metadata),
-                      b"/tools": orjson.dumps(self.documents.tools)}
+        self.pages: dict[bytes, bytes] = {}
         self.server: asyncio.Server | None = None
 
     def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
-        """picows's listener factory: HTTP documents by path, a session for `/ws`."""
+        """picows's listener factory: the access check, then HTTP documents by path, a session for `/ws`."""
         path = request.path.partition(b"?")[0]
+        cors: list[tuple[str, str]] = []
+        access = self.access
+        if access is not None:
+            headers = request.headers
+            preflight = access.preflight(request.method.decode("latin-1"), headers)
+            if preflight is not None:
+                return _http(WSUpgradeResponse.create_ok_response(None, dict(preflight)))
+            refusal = access.check(path.decode("latin-1"), headers)
+            if refusal is not None:
+                return _http(WSUpgradeResponse.create_error_response(refusal.status, refusal.body(),
+                                                                     dict(refusal.response_headers())))
+            cors = access.cors_headers(headers)
         if path == b"/ws":
             return self._open_session(request)
         if request.method != b"GET":
             return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
         if path == b"/health":
-            return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()), _JSON))
+            return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()),
+                                                              {**_JSON, **dict(cors)}))
         page = self.pages.get(path)
         if page is None:
             return _http(WSUpgradeResponse.create_error_response(404, b'{"detail":"Not Found"}', _JSON))
-        return _http(WSUpgradeResponse.create_ok_response(page, _JSON))
+        return _http(WSUpgradeResponse.create_ok_response(page, {**_JSON, **dict(cors)}))
 
     def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         pool = self.handler.pool
@@ -373,6 +396,10 @@ class PicowsServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port`; returns the bound port."""
+        self.app.bind(host)
+        self.pages = {b"/schema": orjson.dumps(self.documents.schema),
+                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/tools": orjson.dumps(self.documents.tools)}
         # Keepalive is the session pool's sweep (see SessionPool), not picows's task per connection.
         self.server = await ws_create_server(
             self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes,

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from .access import AccessPolicy
 from .environment import Action, Environment, Observation, State
 from .sessions import SessionPool
 from .tools import ToolSpec
@@ -31,7 +32,7 @@ class Documents:
     @classmethod
     def describe(cls, name: str, env_class: type[Environment], action_cls: type[Action],
                  observation_cls: type[Observation], tools: dict[str, ToolSpec], pool: SessionPool,
-                 metadata: dict[str, Any]) -> Documents:
+                 metadata: dict[str, Any], access: AccessPolicy | None = None) -> Documents:
         """The documents describing a served environment; none of them touches a session."""
         schema = {
             "action": action_cls.model_json_schema(),
@@ -49,6 +50,8 @@ class Documents:
             "ping_interval_s": pool.ping_interval_s,
             "ping_timeout_s": pool.ping_timeout_s,
             "tools": list(tools),
+            "max_sessions_per_client": pool.max_sessions_per_client,
+            "access": access.describe() if access is not None else None,
             **{key: value for key, value in metadata.items() if key != "version"},
         }
         return cls(pool, schema, description, {"tools": [spec.schema() for spec in tools.values()]})

@@ -7,6 +7,7 @@ sessions in a slow step.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -15,9 +16,21 @@ from typing import Any, Callable, Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from .app import MAX_FRAME_BYTES
+from .app import MAX_FRAME_BYTES, EnvkitApp
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
+
+
+class _DeniedHandshakeFilter(logging.Filter):
+    """Drops uvicorn's ERROR "ASGI callable returned without completing handshake", which its sans-I/O WebSocket
+    layer logs after every handshake refused with an HTTP response (how the access check refuses one): a
+    refused client is not a server error, and an attacker must not be able to fill the log with them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "ASGI callable returned without completing handshake."
+
+
+_denied_handshake_filter = _DeniedHandshakeFilter()
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
@@ -26,15 +39,19 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
 
     `compression`: accept permessage-deflate when a client offers it (OpenEnv's client does). Off by
     default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
-    Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`).
+    Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`). uvicorn's own
+    proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
     """
+    if isinstance(app, EnvkitApp):
+        app.bind(host)
+        logging.getLogger("uvicorn.error").addFilter(_denied_handshake_filter)
     pool = getattr(getattr(app, "state", None), "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
     settings: dict[str, Any] = {
         **keepalive, "ws": "websockets-sansio", "ws_max_size": MAX_FRAME_BYTES,
         "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": "auto",
-        "lifespan": "on", **overrides,
+        "lifespan": "on", "proxy_headers": False, **overrides,
     }
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)
 

@@ -142,8 +142,11 @@ class SessionPool:
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
                  capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
-                 ping_timeout_s: float = 20.0) -> None:
+                 ping_timeout_s: float = 20.0, max_sessions_per_client: int | None = None) -> None:
         self.max_sessions = max_sessions
+        #: Sessions one client address may hold at once across every surface (None: no limit).
+        self.max_sessions_per_client = max_sessions_per_client
+        self._per_client: dict[str, int] = {}
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
         #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
@@ -174,6 +177,31 @@ class SessionPool:
             return False
         self._reserved += 1
         return True
+
+    def hold_client(self, client: str) -> bool:
+        """Count one more session (open or opening) for `client`; False when it already holds its limit.
+
+        Every surface that opens sessions calls this before `try_reserve`, and `drop_client` once the session
+        is over, so that one address cannot take every slot.
+        """
+        limit = self.max_sessions_per_client
+        held = self._per_client.get(client, 0)
+        if limit is not None and held >= limit:
+            return False
+        self._per_client[client] = held + 1
+        return True
+
+    def drop_client(self, client: str) -> None:
+        """Give back what `hold_client` counted."""
+        held = self._per_client.get(client, 0) - 1
+        if held > 0:
+            self._per_client[client] = held
+        else:
+            self._per_client.pop(client, None)
+
+    def sessions_of(self, client: str) -> int:
+        """Sessions `client` holds right now."""
+        return self._per_client.get(client, 0)
 
     @property
     def waiting_for_slots(self) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
+from .access import AccessPolicy
 from .environment import Action, Environment, Observation
 from .protocol import (
     FEATURES_HEADER,
@@ -70,8 +71,11 @@ class SessionHandler:
     """Serves `/ws`: builds an environment per connection and answers its frames."""
 
     def __init__(self, factory: Callable[[], Environment], env_class: type[Environment], action_cls: type[Action],
-                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int) -> None:
+                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int,
+                 access: AccessPolicy | None = None) -> None:
         self.factory = factory
+        #: Finds the client address that per-client limits count by.
+        self.access = access or AccessPolicy()
         self.action_cls = action_cls
         self.tools = tools
         self.pool = pool
@@ -82,6 +86,21 @@ class SessionHandler:
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
+        pool = self.pool
+        client: str | None = None
+        if pool.max_sessions_per_client is not None:
+            peer = websocket.scope.get("client")
+            client = self.access.client_address(peer[0] if peer else None, websocket.headers)
+            if not pool.hold_client(client):
+                await _refuse(websocket, self.client_refusal(client))
+                return
+        try:
+            await self._serve(websocket)
+        finally:
+            if client is not None:
+                pool.drop_client(client)
+
+    async def _serve(self, websocket: WebSocket) -> None:
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
@@ -136,6 +155,16 @@ class SessionHandler:
                    "retry later or start the server with a higher --max-concurrent-envs")
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
                                                max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
+
+    def client_refusal(self, client: str) -> Refusal:
+        """The refusal of a connection from a client that already holds its share of sessions."""
+        pool = self.pool
+        limit = pool.max_sessions_per_client
+        message = (f"per-client limit reached: {client} already holds {pool.sessions_of(client)} of the {limit} "
+                   f"sessions one client address may open (--max-sessions-per-client {limit}); close one first")
+        return Refusal("client_limit", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                                   max_sessions=pool.max_sessions, max_sessions_per_client=limit),
+                       CloseCode.CAPACITY, "per-client session limit reached")
 
     @staticmethod
     def factory_refusal(error: Exception) -> Refusal:
