@@ -105,7 +105,7 @@ def create_app(
     if max_sessions_per_client is not None and max_sessions_per_client < 1:
         raise ConfigurationError(f"max_sessions_per_client must be at least 1 or None, got {max_sessions_per_client}")
     if api_keys is None:
-        api_keys = [os.environ[API_KEY_ENV]] if os.environ.get(API_KEY_ENV) else []
+        api_keys = [os.environ[API_KEY_ENV].strip()] if os.environ.get(API_KEY_ENV, "").strip() else []
     access = AccessPolicy(api_keys, allowed_origins, allowed_hosts, forwarded_allow_ips)
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
                        ping_timeout_s, max_sessions_per_client)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
-from .errors import CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError
+from .errors import AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError
 from .protocol import ErrorCode
 from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
 from .tools import tool_specs
@@ -259,7 +259,10 @@ def example_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = No
 
 
 async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
-    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once."""
+    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once.
+
+    Raises `AuthenticationError` when the server refuses the key (`$ENVKIT_API_KEY`) or its absence.
+    """
     from .client import EnvClient
 
     report = Report(url)
@@ -269,11 +272,17 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     except ClientError as error:
         report.add("health", [f"{error}; is the server running at this address?"], "")
         return report
+    try:
+        await client.metadata()   # /health is open to all; this says at once whether the key is accepted
+    except AuthenticationError:
+        raise
+    except ClientError:
+        pass
     max_sessions = health.get("max_sessions")
     report.add("health", [] if health.get("status") == "healthy" else [f"status is {health.get('status')!r}"],
                f"healthy, {health.get('active_sessions')} of {max_sessions} sessions open")
 
-    schema = await _get_json(client.http_url + "/schema", timeout)
+    schema = await _get_json(client.http_url + "/schema", timeout, client.headers)
     lacking = [part for part in ("action", "observation") if not isinstance(schema.get(part), dict)]
     report.add("schema", [f"{client.http_url}/schema lacks {', '.join(lacking)} (or could not be read)"] if lacking
                else [], f"action fields: {', '.join(schema.get('action', {}).get('properties', {}))}")
@@ -299,12 +308,12 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     return report
 
 
-async def _get_json(url: str, timeout: float) -> dict[str, Any]:
+async def _get_json(url: str, timeout: float, headers: dict[str, str]) -> dict[str, Any]:
     import httpx
 
     try:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
-            response = await http.get(url)
+            response = await http.get(url, headers=headers)
         document = response.json() if response.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}

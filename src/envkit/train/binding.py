@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..client import EnvClient, SyncEnvClient
-from ..errors import CapacityError, EnvConnectionError, EnvError, SessionLostError
+from ..errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, SessionLostError
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
 
 __all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "environment_factory", "tool_names"]
@@ -158,6 +158,9 @@ class ServedEnvironment:
                 raise EnvConnectionError(error.url, f"{error.reason}. Each rollout of a generation batch holds a "
                                          "session; raise the server's --max-concurrent-envs or lower "
                                          "--num-generations / --batch-size") from None
+            except AuthenticationError:
+                self._close()
+                raise
             except SessionLostError:
                 self._close()
                 dropped += 1
