@@ -10,7 +10,9 @@ pings come from the session pool's one sweep over all sessions).
 Access (API keys, Origin, Host) is checked in the handshake by the app's own `AccessPolicy`, as on
 uvicorn: a refused request gets the same status and JSON body, and a refused WebSocket is never
 upgraded. Not supported: `max_sessions_per_client` (picows's handshake callback does not see the
-client's address), so an app with that limit is refused at start-up.
+client's address), so an app with that limit is refused at start-up; CORS preflights (picows answers
+any method but GET with 400 before the app sees it), so a page on another allowed origin can read
+the GET routes only with requests that need no preflight (no `X-API-Key` header from that page).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
 HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
@@ -346,9 +348,6 @@ class PicowsServer:
         access = self.access
         if access is not None:
             headers = request.headers
-            preflight = access.preflight(request.method.decode("latin-1"), headers)
-            if preflight is not None:
-                return _http(WSUpgradeResponse.create_ok_response(None, dict(preflight)))
             refusal = access.check(path.decode("latin-1"), headers)
             if refusal is not None:
                 return _http(WSUpgradeResponse.create_error_response(refusal.status, refusal.body(),
@@ -453,6 +452,7 @@ def run_picows(app: EnvkitApp, host: str = "127.0.0.1", port: int = 8000, *,
 @contextmanager
 def running_picows(app: EnvkitApp, *, startup_timeout: float = 20.0) -> Iterator[str]:
     """`running_server` for the picows transport: a background thread; yields `http://127.0.0.1:PORT`."""
+    server = PicowsServer(app)   # refuses an app it cannot serve here, not in the thread
     loop = uvloop.new_event_loop()
     stop = asyncio.Event()
     bound: list[int] = []
@@ -464,7 +464,7 @@ def running_picows(app: EnvkitApp, *, startup_timeout: float = 20.0) -> Iterator
 
     def run() -> None:
         try:
-            loop.run_until_complete(serve(PicowsServer(app), "127.0.0.1", 0, stop, on_started))
+            loop.run_until_complete(serve(server, "127.0.0.1", 0, stop, on_started))
         finally:
             started.set()
             loop.close()

@@ -21,16 +21,29 @@ from .app import MAX_FRAME_BYTES, EnvkitApp
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
 
 
-class _DeniedHandshakeFilter(logging.Filter):
-    """Drops uvicorn's ERROR "ASGI callable returned without completing handshake", which its sans-I/O WebSocket
-    layer logs after every handshake refused with an HTTP response (how the access check refuses one): a
-    refused client is not a server error, and an attacker must not be able to fill the log with them."""
+class _ServerLogFilter(logging.Filter):
+    """Keeps secrets and refused clients out of uvicorn's log.
+
+    - At debug level the WebSocket layer logs every handshake header: the values of `X-API-Key`,
+      `Authorization` and `Cookie` are replaced by `<redacted>`.
+    - Its sans-I/O WebSocket layer logs ERROR "ASGI callable returned without completing handshake"
+      after every handshake refused with an HTTP response (how the access check refuses one): a refused
+      client is not a server error, and must not be able to fill the log with them.
+    """
+
+    SECRET_HEADERS = frozenset({"x-api-key", "authorization", "cookie", "proxy-authorization"})
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != "ASGI callable returned without completing handshake."
+        if record.msg == "ASGI callable returned without completing handshake.":
+            return False
+        args = record.args
+        if (record.msg == "< %s: %s" and isinstance(args, tuple) and len(args) == 2
+                and str(args[0]).lower() in self.SECRET_HEADERS):
+            record.args = (args[0], "<redacted>")
+        return True
 
 
-_denied_handshake_filter = _DeniedHandshakeFilter()
+_server_log_filter = _ServerLogFilter()
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
@@ -44,7 +57,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     """
     if isinstance(app, EnvkitApp):
         app.bind(host)
-        logging.getLogger("uvicorn.error").addFilter(_denied_handshake_filter)
+        logging.getLogger("uvicorn.error").addFilter(_server_log_filter)
     pool = getattr(getattr(app, "state", None), "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
