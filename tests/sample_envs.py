@@ -145,3 +145,43 @@ class BadObservationEnvironment(CounterEnvironment):
 
     def step(self, action: CounterAction) -> Any:  # type: ignore[override]
         return {"total": 1}
+
+
+class ClashingNamesEnvironment(CounterEnvironment):
+    """Arguments named like the server's own internals (`function`, `self`) and like pydantic's (`model_config`)."""
+
+    RUN_INLINE = False   # on a worker thread: through `Session.run(function, ...)`
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, function: str = "",
+              **kwargs: Any) -> CounterObservation:
+        observation = super().reset(seed, episode_id, tag=f"function={function} extra={sorted(kwargs)}")
+        return observation
+
+    @tool
+    def call_function(self, function: str) -> str:
+        """Call a function by name.
+
+        Args:
+            function: The function's name.
+        """
+        return f"called {function}"
+
+    @tool
+    def configure(self, model_config: str, _private: int = 0, json: bool = False) -> str:
+        """Set options whose names a pydantic model reserves.
+
+        Args:
+            model_config: A configuration name.
+            _private: A number.
+            json: A flag.
+        """
+        return f"model_config={model_config} _private={_private} json={json}"
+
+
+class PidCounterEnvironment(CounterEnvironment):
+    """A counter that also tells which process serves it (for servers of several processes)."""
+
+    @tool
+    def whoami(self) -> str:
+        """Say the id of the process this session lives in."""
+        return str(os.getpid())

@@ -34,7 +34,8 @@ def test_sync_episode_mirrors_async(echo_url: str) -> None:
         tool = env.call("echo", message="four")
         assert (tool.text, tool.reward, tool.done) == ("four", pytest.approx(0.4), False)
         assert isinstance(tool.observation, EchoObservation)
-        assert [t["function"]["name"] for t in env.tools()] == ["echo"]
+        assert [t["function"]["name"] for t in env.tools()] == ["echo", "echo_message", "echo_with_length"]
+        assert env.call("echo_with_length", message="four").text == '{"message":"four","length":4}'
         assert env.health()["active_sessions"] == 1
     assert not env.connected
 
@@ -89,3 +90,73 @@ async def test_reset_without_connect_opens_a_session(echo_url: str) -> None:
     await env.close()
     await env.close()   # closing twice is harmless
     await asyncio.sleep(0)
+
+
+async def test_a_cancelled_call_never_hands_its_reply_to_the_next_call(echo_url: str) -> None:
+    """Cancel a step at every point of its life (before it sent, while its reply travels): the next call gets
+    its own reply or `SessionLostError`, never the cancelled one's, and `reset()` then starts afresh."""
+    env = EnvClient(echo_url)
+    lost = kept = 0
+    for trial in range(20):
+        await env.reset()
+        cancelled = asyncio.ensure_future(env.step({"message": f"cancelled-{trial}"}))
+        for _ in range(trial % 5):
+            await asyncio.sleep(0)
+        cancelled.cancel()
+        try:
+            finished = await cancelled   # the step may have finished first: then the reply was its own
+            assert finished.observation["echoed_message"] == f"cancelled-{trial}"
+        except asyncio.CancelledError:
+            pass
+        try:
+            result = await env.step({"message": f"next-{trial}"})
+        except SessionLostError as error:
+            assert "cancelled before its reply arrived" in error.reason
+            lost += 1
+            with pytest.raises(SessionLostError):
+                await env.state()   # lost stays lost until reset()
+        else:
+            assert result.observation["echoed_message"] == f"next-{trial}"
+            kept += 1
+        await env.reset()
+        assert (await env.step({"message": f"after-{trial}"})).observation["echoed_message"] == f"after-{trial}"
+    await env.close()
+    assert lost and kept   # both sides of the race were exercised: cancelled before sending, and after
+
+
+async def test_a_call_given_up_by_asyncio_timeout_ends_the_session(counter_url: str) -> None:
+    env = EnvClient(counter_url)
+    await env.reset(tag="first")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await env.step({"amount": 5, "sleep_s": 1.0})
+    with pytest.raises(SessionLostError):
+        await env.step({"amount": 1})
+    assert (await env.reset(tag="second")).observation["tag"] == "second"
+    assert (await env.step({"amount": 2})).observation["total"] == 2   # not the late reply (5) of the abandoned step
+    await env.close()
+
+
+def test_an_interrupted_sync_call_ends_the_session_like_a_cancelled_async_one(counter_url: str) -> None:
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    with EnvClient(counter_url).sync() as env:
+        env.reset(tag="first")
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Interrupted):
+                env.step({"amount": 5, "sleep_s": 1.0})
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        with pytest.raises(SessionLostError):
+            env.step({"amount": 1})
+        assert env.reset(tag="second").observation["tag"] == "second"
+        assert env.step({"amount": 2}).observation["total"] == 2

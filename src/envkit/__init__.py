@@ -24,6 +24,7 @@ from .errors import (
     SessionLostError,
     ToolDefinitionError,
 )
+from .episode_metrics import Metric
 from .tools import ToolSpec, tool, tool_specs
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "Action", "AuthenticationError", "CapacityError", "ClientError", "ConfigurationError", "EnvClient", "EnvConnectionError", "EnvError",
-    "Environment", "EnvkitError", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
+    "Action", "AuthenticationError", "CapacityError", "ClientError", "ConfigurationError", "EnvClient",
+    "EnvConnectionError", "EnvError",
+    "Environment", "EnvkitError", "Metric", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
     "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnknownSplitError", "create_app", "run_server", "tool",
     "tool_specs", "__version__",
 ]

@@ -26,13 +26,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["AccessPolicy", "AccessRefusal", "API_KEY_ENV", "API_KEY_HEADER", "API_KEY_COOKIE", "OPEN_PATHS", "LOOPBACK_NAMES",
+__all__ = ["AccessPolicy", "AccessRefusal", "API_KEY_ENV", "API_KEY_HEADER", "API_KEY_COOKIE", "OPEN_PATHS", "LOOPBACK_NAMES", "key_headers",
            "is_loopback_host"]
 
 API_KEY_HEADER = "x-api-key"
@@ -51,6 +52,15 @@ PRIVATE_NETWORKS = tuple(ipaddress.ip_network(net) for net in (
     "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16",
     "::1/128", "fc00::/7", "fe80::/10"))
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def key_headers() -> dict[str, str]:
+    """The header a client sends the key in: `X-API-Key` from `$ENVKIT_API_KEY` (none when it is unset).
+
+    `X-API-Key` rather than `Authorization`, which the Hugging Face Hub takes on private Spaces.
+    """
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    return {"X-API-Key": key} if key else {}
 
 
 class HeaderLookup(Protocol):

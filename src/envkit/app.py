@@ -15,17 +15,24 @@ from starlette.websockets import WebSocket
 from .access import API_KEY_ENV, AccessPolicy, AccessRefusal
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .episode_metrics import check_metrics
+from .mcp import McpEndpoint
+from .metrics import ServerMetrics
+from .ors import OrsSurface
 from .routes import Documents, build_router
-from .sessions import SessionPool
+from .sessions import SessionPool, current_client
 from .tools import tool_specs
+from .web import mount_web
 from .ws_handler import SessionHandler
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES"]
+__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
+#: Seconds a connection may take to send its request head (the WebSocket handshake) on either transport.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def create_app(
@@ -49,7 +56,9 @@ def create_app(
     forwarded_allow_ips: Iterable[str] = (),
     max_sessions_per_client: int | None = None,
 ) -> FastAPI:
-    """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+    """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
+
+    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.ors`).
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -77,6 +86,9 @@ def create_app(
         forwarded_allow_ips: proxies (IPs, networks, `private`, `*`) whose `X-Forwarded-For` names the client.
         max_sessions_per_client: sessions one client address may hold at once (None: no limit).
 
+    Besides `/ws` and the HTTP documents, the app serves a page at `/web` to play the environment
+    and replay transcripts in a browser (`/` redirects there; see `envkit.web`).
+
     Raises:
         ConfigurationError: settings that cannot work, e.g. concurrency the environment does not support.
         ToolDefinitionError: a `@tool` method that cannot be described to a model.
@@ -97,6 +109,7 @@ def create_app(
         raise ConfigurationError(f"observation_cls must be an envkit Observation subclass, got {observation_cls!r}")
 
     tools = tool_specs(env_class)
+    check_metrics(env_class.METRICS, env_class.__qualname__)
     if capacity_wait_s < 0:
         raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
@@ -107,8 +120,9 @@ def create_app(
     if api_keys is None:
         api_keys = [os.environ[API_KEY_ENV].strip()] if os.environ.get(API_KEY_ENV, "").strip() else []
     access = AccessPolicy(api_keys, allowed_origins, allowed_hosts, forwarded_allow_ips)
+    metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s, max_sessions_per_client)
+                       ping_timeout_s, metrics, max_sessions_per_client)
     handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes, access)
 
     @contextlib.asynccontextmanager
@@ -123,8 +137,15 @@ def create_app(
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
-    app.include_router(build_router(documents))
+    app.state.envkit_metrics = metrics
+    ors = OrsSurface(name, env_class, handler)
+    documents.metadata["ors"] = ors.metadata
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     app.add_api_websocket_route("/ws", handler)
+    mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
+    app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    documents.metadata["web"] = mount_web(app, env_class)
     return app
 
 
@@ -181,11 +202,16 @@ class EnvkitApp(FastAPI):
         server = scope.get("server")
         refusal = access.check(scope["path"], headers, server[0] if server else None)
         if refusal is not None:
+            self.state.envkit_pool.metrics.refused(refusal.reason, refusal.message)
             if scope["type"] == "http":
                 await _respond(send, refusal.status, refusal.response_headers(), refusal.body())
             else:
                 await _deny_websocket(scope, receive, send, refusal)
             return None
+        pool = self.state.envkit_pool
+        if pool.max_sessions_per_client is not None and scope["type"] == "http":
+            peer = scope.get("client")
+            current_client.set(access.client_address(peer[0] if peer else None, headers))
         cors = access.cors_headers(headers) if scope["type"] == "http" else []
         if not cors:
             return send

@@ -3,7 +3,8 @@
 A session is one WebSocket connection. When it drops mid-episode, the pending call and every
 later `step`, `state` or tool call raise `SessionLostError`; only `reset()` opens a new session,
 because it starts a new episode anyway. Keepalive pings notice a vanished peer within
-`ping_interval + ping_timeout` seconds.
+`ping_interval + ping_timeout` seconds. A call cancelled or timed out after its frame went out
+ends the session the same way, so its reply can never be taken for a later call's.
 
 Works against envkit servers and OpenEnv servers alike (reset, step, state, close).
 """
@@ -14,7 +15,7 @@ import asyncio
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Self, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Self, Sequence, TypeVar
 
 import httpx
 import orjson
@@ -24,6 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from .access import API_KEY_ENV, API_KEY_HEADER
 from .errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
+from .placement import Placement, is_registry_url, parse_server_urls
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
 
 __all__ = ["EnvClient", "SyncEnvClient", "StepResult", "ToolResult"]
@@ -35,8 +37,8 @@ T = TypeVar("T")
 class StepResult:
     """What `reset` and `step` return: the observation, its reward and whether the episode ended.
 
-    `text` is the observation as the environment renders it for a language model (envkit servers only; None from
-    servers that do not send it).
+    `text` is the observation as the environment renders it for a language model, and `metrics` the episode's
+    metrics after this move (`Environment.episode_metrics()`); both from envkit servers only, None otherwise.
     """
 
     observation: Any
@@ -44,17 +46,20 @@ class StepResult:
     done: bool
     metadata: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
+    metrics: dict[str, float] | None = None
 
 
 @dataclass
 class ToolResult:
-    """What a tool call returns: the text for the agent, plus the observation when the tool acted."""
+    """What a tool call returns: the text for the agent, plus the observation when the tool acted, and the
+    episode's metrics after the call (environments that declare metrics)."""
 
     tool: str
     text: str
     observation: Any = None
     reward: float | None = None
     done: bool | None = None
+    metrics: dict[str, float] | None = None
 
 
 def websocket_url(base_url: str) -> str:
@@ -101,8 +106,12 @@ class EnvClient:
             result = await env.reset(seed=1)
             result = await env.step({"message": "hello"})
 
+    Several servers of one environment (see `envkit.placement`): give `base_url` as a list or a
+    comma-separated string of servers, or a registry URL (`http://head:8000/replicas`); each new
+    session then opens on the least-loaded live server.
+
     Args:
-        base_url: the server, as `http://host:port` or `ws://host:port[/ws]`.
+        base_url: the server, as `http://host:port` or `ws://host:port[/ws]`; or several, or a registry.
         observation_cls: parse observations into this model instead of plain dicts.
         connect_timeout: seconds to open the connection.
         message_timeout: seconds to wait for a reply; past it the session is closed and lost.
@@ -113,13 +122,14 @@ class EnvClient:
             set; pass "" to send none). A refusal raises `AuthenticationError`.
     """
 
-    def __init__(self, base_url: str, *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
+    def __init__(self, base_url: str | Sequence[str], *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
                  message_timeout: float = 60.0, ping_interval: float | None = 5.0, ping_timeout: float | None = 5.0,
                  headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20,
                  api_key: str | None = None) -> None:
-        self.base_url = base_url
-        self.ws_url = websocket_url(base_url)
-        self.http_url = http_url(base_url)
+        servers = parse_server_urls(base_url)
+        self.base_url = base_url if isinstance(base_url, str) else ",".join(servers)
+        self.ws_url = websocket_url(servers[0])
+        self.http_url = http_url(servers[0])
         self.observation_cls = observation_cls
         self.connect_timeout = connect_timeout
         self.message_timeout = message_timeout
@@ -127,12 +137,17 @@ class EnvClient:
         self.ping_timeout = ping_timeout
         if api_key is None:
             api_key = os.environ.get(API_KEY_ENV) or ""
-        self.headers = {FEATURES_HEADER: "text", **({API_KEY_HEADER: api_key} if api_key else {}), **(headers or {})}
+        headers = {**({API_KEY_HEADER: api_key} if api_key else {}), **(headers or {})}
+        self.headers = {FEATURES_HEADER: "text,metrics", **headers}
+        #: Chooses the server of each new session when there are several (None: one server).
+        self.placement = (Placement.shared(servers, headers=headers)
+                          if len(servers) > 1 or is_registry_url(servers[0]) else None)
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
         self._lock = asyncio.Lock()
         self._close_callbacks: list[Callable[[], Awaitable[None]]] = []
+        self._closing: set[asyncio.Future[None]] = set()   # connections of abandoned calls, closing
         self.session_id: str | None = None
 
     @classmethod
@@ -155,6 +170,12 @@ class EnvClient:
     async def connect(self) -> EnvClient:
         """Open a new session (closing any previous one). Raises `CapacityError` when the server is full."""
         await self._drop()
+        if self.placement is not None:
+            return await self.placement.open_session(self._connect_to)
+        return await self._connect_to(self.ws_url)
+
+    async def _connect_to(self, server_url: str) -> EnvClient:
+        self.ws_url, self.http_url = websocket_url(server_url), http_url(server_url)
         try:
             ws = await connect(self.ws_url, open_timeout=self.connect_timeout, ping_interval=self.ping_interval,
                                ping_timeout=self.ping_timeout, max_size=self.max_message_bytes,
@@ -182,7 +203,8 @@ class EnvClient:
             data = frame.get("data") or {}
         except Exception:
             data = {}
-        await ws.close()
+        finally:
+            await ws.close()
         message = data.get("message", f"session refused ({refused})")
         if refused in ("capacity", "client_limit"):
             raise CapacityError(self.ws_url, message, data.get("active_sessions"), data.get("max_sessions"))
@@ -203,6 +225,8 @@ class EnvClient:
         """End the session and close the connection; safe to call more than once."""
         try:
             await self._drop()
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
         finally:
             callbacks, self._close_callbacks = self._close_callbacks, []
             for callback in callbacks:
@@ -221,7 +245,7 @@ class EnvClient:
 
     # -- episode ------------------------------------------------------------------------------
 
-    async def reset(self, **kwargs: Any) -> StepResult:
+    async def reset(self, /, **kwargs: Any) -> StepResult:
         """Start a new episode; opens a fresh session if the previous one was lost or never opened."""
         if self._ws is None or self._lost is not None:
             await self.connect()
@@ -236,13 +260,14 @@ class EnvClient:
         """The environment's current state."""
         return await self._request({"type": "state"}, "state")
 
-    async def call(self, tool: str, **args: Any) -> ToolResult:
-        """Call one of the environment's tools (envkit servers only)."""
+    async def call(self, tool: str, /, **args: Any) -> ToolResult:
+        """Call one of the environment's tools (envkit servers only); every keyword is one of its arguments."""
         data = await self._request({"type": "call", "data": {"tool": tool, "args": args}}, "tool_result")
         observation = data.get("observation")
         if observation is not None and self.observation_cls is not None:
             observation = self._parse_observation(data)
-        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"))
+        return ToolResult(data.get("tool", tool), data.get("result", ""), observation, data.get("reward"), data.get("done"),
+                          data.get("metrics"))
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -251,7 +276,9 @@ class EnvClient:
         return (await self._get("/tools"))["tools"]
 
     async def health(self) -> dict[str, Any]:
-        """The server's `/health` document (status, active and maximum sessions)."""
+        """The server's `/health` document (status, active and maximum sessions); for several, their sum."""
+        if self.placement is not None:
+            return await self.placement.health()
         return await self._get("/health")
 
     async def metadata(self) -> dict[str, Any]:
@@ -259,6 +286,8 @@ class EnvClient:
         return await self._get("/metadata")
 
     async def _get(self, path: str) -> dict[str, Any]:
+        if self.placement is not None and self._ws is None:
+            self.http_url = http_url(await self.placement.first_live())
         try:
             async with httpx.AsyncClient(timeout=self.connect_timeout, trust_env=False) as http:
                 response = await http.get(self.http_url + path, headers=self.headers)
@@ -274,6 +303,15 @@ class EnvClient:
     # -- internals ----------------------------------------------------------------------------
 
     async def _request(self, frame: dict[str, Any], expected: str) -> Any:
+        """Send one frame and read its reply, one call at a time.
+
+        A call that is cancelled (or given up by `asyncio.timeout`, `wait_for`, or `message_timeout`) once its
+        frame may have gone out ends the session: the next call raises `SessionLostError`, and `reset()` opens
+        a fresh session. The reply still on its way belongs to the abandoned call, so the connection that would
+        carry it is closed rather than read on. Reading and discarding it instead would keep the connection, but
+        the caller could not know whether the abandoned action took effect, and the next call would wait behind
+        the very reply the caller gave up on. A call cancelled before its frame went out changes nothing.
+        """
         async with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -282,23 +320,23 @@ class EnvClient:
             ws = self._ws
             assert ws is not None
             try:
-                await ws.send(orjson.dumps(frame).decode())
-            except ConnectionClosed as error:
-                # A server that refuses a session (OpenEnv at capacity) may send its error frame and close
-                # before our first frame arrives: read what is queued, and lose the session for what follows.
-                closed_early: ConnectionClosed | None = error
-            else:
-                closed_early = None
-            try:
-                raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
-            except ConnectionClosed as error:
-                raise self._lose(error) from None
-            except asyncio.TimeoutError:
-                self._lost = SessionLostError(f"no reply within {self.message_timeout:g}s; the session was closed so "
-                                              "that later replies cannot be mistaken for new ones", None, self.session_id)
-                self._ws = None
-                asyncio.ensure_future(ws.close())
-                raise self._lost from None
+                try:
+                    await ws.send(orjson.dumps(frame).decode())
+                except ConnectionClosed as error:
+                    # A server that refuses a session (OpenEnv at capacity) may send its error frame and close
+                    # before our first frame arrives: read what is queued, and lose the session for what follows.
+                    closed_early: ConnectionClosed | None = error
+                else:
+                    closed_early = None
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), self.message_timeout)
+                except ConnectionClosed as error:
+                    raise self._lose(error) from None
+                except asyncio.TimeoutError:
+                    raise self._abandon(ws, f"no reply within {self.message_timeout:g}s") from None
+            except asyncio.CancelledError:
+                self._abandon(ws, "a call was cancelled before its reply arrived")
+                raise
             if closed_early is not None:
                 self._lose(closed_early)
         reply = orjson.loads(raw)
@@ -313,6 +351,16 @@ class EnvClient:
         if kind != expected:
             raise ProtocolError(f"expected a {expected!r} frame, got {kind!r}")
         return data
+
+    def _abandon(self, ws: ClientConnection, why: str) -> SessionLostError:
+        """Lose the session of a call given up while its reply may still come, and close its connection."""
+        self._lost = SessionLostError(f"{why}; the session was closed so that its reply cannot be taken for a later "
+                                      "call's", None, self.session_id)
+        self._ws = None
+        closing = asyncio.ensure_future(ws.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return self._lost
 
     def _lose(self, error: ConnectionClosed) -> SessionLostError:
         frame = error.rcvd
@@ -330,7 +378,7 @@ class EnvClient:
 
     def _step_result(self, data: dict[str, Any]) -> StepResult:
         return StepResult(self._parse_observation(data), data.get("reward"), bool(data.get("done", False)),
-                          data.get("metadata") or {}, data.get("text"))
+                          data.get("metadata") or {}, data.get("text"), data.get("metrics"))
 
     def sync(self) -> SyncEnvClient:
         """A synchronous client over this one (its calls run on a shared background event loop)."""
@@ -350,7 +398,12 @@ class _BackgroundLoop:
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="envkit-client-loop", daemon=True).start()
                 cls._loop = loop
-        return asyncio.run_coroutine_threadsafe(coroutine, cls._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, cls._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()   # interrupted (Ctrl-C): the call ends here, as a cancelled async call does
+            raise
 
 
 class SyncEnvClient:
@@ -386,7 +439,7 @@ class SyncEnvClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def reset(self, **kwargs: Any) -> StepResult:
+    def reset(self, /, **kwargs: Any) -> StepResult:
         return _BackgroundLoop.run(self.client.reset(**kwargs))
 
     def step(self, action: BaseModel | dict[str, Any]) -> StepResult:
@@ -395,7 +448,7 @@ class SyncEnvClient:
     def state(self) -> dict[str, Any]:
         return _BackgroundLoop.run(self.client.state())
 
-    def call(self, tool: str, **args: Any) -> ToolResult:
+    def call(self, tool: str, /, **args: Any) -> ToolResult:
         return _BackgroundLoop.run(self.client.call(tool, **args))
 
     def tools(self) -> list[dict[str, Any]]:

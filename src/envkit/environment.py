@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Generic, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .episode_metrics import Metric
+
 __all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
 
 
@@ -80,6 +82,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
             `create_app(max_concurrent_envs > 1)` refuses an environment that does not say so.
         RUN_INLINE: `reset`, `step` and tools are quick and never block, so the server calls them
             on the event loop instead of handing them to a worker thread.
+        ALLOWS_STEP_BEFORE_RESET: stepping (or calling a tool of) a never-reset instance is a
+            meaningful move, as in echo. Off by default: then such a step gets `NOT_RESET`, which is
+            what tells a client that silently reconnected to a fresh session that its game is gone.
 
     Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
     synchronous methods; the server then awaits them directly.
@@ -87,10 +92,14 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = False
     RUN_INLINE: ClassVar[bool] = False
+    ALLOWS_STEP_BEFORE_RESET: ClassVar[bool] = False
     #: Named lists of tasks (`{"train": [...], "test": [...]}`); each task is the keyword arguments `reset`
     #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
+    #: The episode metrics an evaluation table shows for this environment (`envkit.metrics.Metric`); their
+    #: values come from `episode_metrics()`.
+    METRICS: ClassVar[Sequence[Metric]] = ()
 
     @classmethod
     def splits(cls) -> list[str]:
@@ -125,6 +134,13 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
         """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
         return None
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The current episode's value of every metric in `METRICS` (quick, no I/O: servers call it after each move).
+
+        Booleans count as 1 and 0. The default reports nothing.
+        """
+        return {}
 
     @abstractmethod
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ObservationT:

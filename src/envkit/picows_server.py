@@ -14,8 +14,10 @@ client's address), so an app with that limit is refused at start-up; CORS prefli
 any method but GET with 400 before the app sees it), so a page on another allowed origin can read
 the GET routes only with requests that need no preflight (no `X-API-Key` header from that page).
 
-Differences from uvicorn: only `GET /health`, `/schema`, `/metadata` and `/tools` are served over
-HTTP (no `/docs`, no middleware), and the environment factory runs in the handshake on the event
+Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served
+over HTTP (no `/docs`, no middleware, none of the surfaces in `NOT_SERVED`: no `/mcp`, no Open Reward
+Standard routes, no `/web` page; `/metadata` says so, and `/` and `/web` answer 404 naming the uvicorn
+transport), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
@@ -27,12 +29,14 @@ picows and uvloop are imported only here (`pip install 'envkit[bench]'`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, Generator, Iterator
+from urllib.parse import parse_qs
 
 import orjson
 import uvloop
@@ -47,15 +51,19 @@ from picows import (
     WSUpgradeResponseWithListener,
     ws_create_server,
 )
+from picows.picows import _validate_upgrade_request   # the check picows applies after `route`; see _open_session
 
-from .app import MAX_FRAME_BYTES, EnvkitApp
 from .access import AccessPolicy
+from .app import HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
 from .errors import ConfigurationError
-from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, ErrorCode, Features, error_frame
+from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
-from .ws_handler import Refusal, SessionHandler, wants_text
+from .web import WEB_PATH
+from .ws_handler import ATTACH_PARAMETER, Refusal, SessionHandler
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
 
@@ -65,7 +73,21 @@ READ_BUFFER_BYTES = 2048
 SHUTDOWN_GRACE_S = 5.0
 #: How long a socket the server closes waits for the client's close frame before it is dropped anyway.
 CLOSE_TIMEOUT_S = 2.0
+#: Frames of one connection waiting while an earlier one is answered; past this the connection is not read
+#: until they are answered (as uvicorn reads a connection's next frame only once the last one was taken).
+MAX_WAITING_FRAMES = 16
 _JSON = {"Content-Type": "application/json"}
+
+#: What picows logs about its clients: a kind of bad input to count, or None for routine chatter (DEBUG).
+PICOWS_LOG_RULES: dict[str, str | None] = {
+    "New connection accepted": None,
+    "Disconnected": None,
+    "Disconnect because HTTP request violated max_size": "handshake_too_big",
+    "Handshake timeout": "handshake_timeout",
+    "WS parser error": "bad_frame",
+    "WS parser failure": "bad_frame",
+    "on_ws_frame raised WSProtocolError": "bad_frame",
+}
 
 
 def first_step(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
@@ -145,6 +167,9 @@ class MessageListener(WSListener):
     def on_pong(self) -> None:
         """A pong came in (the keepalive's answer)."""
 
+    def on_too_big(self) -> None:
+        """A fragmented message grew past `max_frame_bytes`; the connection is being closed with 1009."""
+
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
         if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
@@ -156,6 +181,7 @@ class MessageListener(WSListener):
             self.fragments += frame.get_payload_as_memoryview()
             if len(self.fragments) > self.max_frame_bytes:
                 self.fragments = None
+                self.on_too_big()
                 transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
                 transport.disconnect()
                 return
@@ -177,20 +203,48 @@ class MessageListener(WSListener):
 class SessionListener(MessageListener):
     """One session's connection: messages answered in order, the slot released once it has gone."""
 
-    def __init__(self, handler: SessionHandler, env: Environment, with_text: bool, max_frame_bytes: int,
+    def __init__(self, handler: SessionHandler, env: Environment, features: Features, max_frame_bytes: int,
                  session_id: str | None = None) -> None:
         super().__init__(max_frame_bytes)
         self.handler = handler
         self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping, session_id=session_id)
-        self.with_text = with_text
+        self.features = features
         self.transport: WSTransport | None = None
         self.waiting: deque[bytes] = deque()   # messages that arrived while an earlier one was being answered
         self.answering: asyncio.Task[None] | None = None
         self.drop_later: asyncio.TimerHandle | None = None
         self.gone = False
+        self.write_paused = False   # the client does not read its replies fast enough
+        self.read_paused = False
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
+
+    # Backpressure: a client that sends frames and does not read the replies must not grow the server.
+    # While the socket's write buffer is over its high-water mark, or frames wait to be answered, the
+    # connection is not read; the client's own sends then block, as they do against uvicorn.
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._pace_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._pace_reading()
+
+    def _pace_reading(self) -> None:
+        pause = self.write_paused or len(self.waiting) >= MAX_WAITING_FRAMES
+        transport = self.transport
+        if pause is self.read_paused or transport is None or transport.is_disconnected:
+            return
+        self.read_paused = pause
+        if pause:
+            transport.underlying_transport.pause_reading()
+        else:
+            transport.underlying_transport.resume_reading()
+
+    def on_too_big(self) -> None:
+        self.handler.pool.metrics.bad_client_input("frame_too_big", "fragmented message over the frame limit")
 
     async def close_socket(self, code: int, reason: str) -> None:
         """Send the close frame; the connection goes when the client's close frame answers it.
@@ -215,10 +269,12 @@ class SessionListener(MessageListener):
         """Answer one message, after those that came before it; none once the session has ended."""
         if self.answering is not None:
             self.waiting.append(raw)
+            if len(self.waiting) >= MAX_WAITING_FRAMES:
+                self._pace_reading()
             return
         if self.session.ended is not None:
             return
-        coro = self.handler.handle(self.session, raw, with_text=self.with_text)
+        coro = self.handler.handle(self.session, raw, features=self.features)
         finished, outcome = first_step(coro)
         if not finished:
             self.answering = asyncio.get_running_loop().create_task(self._answer_in_order(coro, outcome))
@@ -230,9 +286,11 @@ class SessionListener(MessageListener):
         try:
             reply = await _Resumed(started, waiting_on)
             while self._send(reply):
+                if self.read_paused:
+                    self._pace_reading()
                 if not self.waiting:
                     return
-                reply = await self.handler.handle(self.session, self.waiting.popleft(), with_text=self.with_text)
+                reply = await self.handler.handle(self.session, self.waiting.popleft(), features=self.features)
             self.waiting.clear()
             await self.session.end(CloseCode.NORMAL, "session closed")
         finally:
@@ -273,10 +331,10 @@ class WaitingListener(MessageListener):
     error frame and close code as the reply to its first message instead of at connect.
     """
 
-    def __init__(self, server: PicowsServer, with_text: bool, session_id: str) -> None:
+    def __init__(self, server: PicowsServer, features: Features, session_id: str) -> None:
         super().__init__(server.max_frame_bytes)
         self.server = server
-        self.with_text = with_text
+        self.features = features
         self.session_id = session_id
         self.transport: WSTransport | None = None
         self.early: list[bytes] = []
@@ -297,7 +355,7 @@ class WaitingListener(MessageListener):
         if self.gone:
             handler.pool.release()
             return
-        opened = self.server.new_session(self.with_text, self.session_id)
+        opened = self.server.new_session(self.features, self.session_id)
         if isinstance(opened, Refusal):
             send_refusal(self.transport, opened)  # type: ignore[arg-type]
             return
@@ -317,10 +375,28 @@ class WaitingListener(MessageListener):
         if self.session_listener is not None:
             self.session_listener.on_pong()
 
+    def pause_writing(self) -> None:
+        if self.session_listener is not None:
+            self.session_listener.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.session_listener is not None:
+            self.session_listener.resume_writing()
+
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self.gone = True
         if self.session_listener is not None:
             self.session_listener.on_ws_disconnected(transport)
+
+
+#: The app's surfaces this transport does not serve; `/metadata` lists them under `not_served`.
+NOT_SERVED = ("/mcp", "Open Reward Standard routes", "/web")
+#: What `/metadata` says about the Open Reward Standard here.
+ORS_NOT_SERVED = {"served": False, "why": "the picows transport serves /ws and the JSON documents only; serve with "
+                  "--transport uvicorn (the default) for the Open Reward Standard routes"}
+#: What `/metadata` says about the `/web` page here, and what `/` and `/web` answer.
+WEB_NOT_SERVED = {"served": False, "why": "the picows transport serves no /web page; serve with --transport uvicorn "
+                  "(the default) to play and replay in a browser"}
 
 
 class PicowsServer:
@@ -343,23 +419,38 @@ class PicowsServer:
 
     def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         """picows's listener factory: the access check, then HTTP documents by path, a session for `/ws`."""
-        path = request.path.partition(b"?")[0]
+        path, _, query = request.path.partition(b"?")
         cors: list[tuple[str, str]] = []
         access = self.access
         if access is not None:
             headers = request.headers
             refusal = access.check(path.decode("latin-1"), headers)
             if refusal is not None:
+                self.handler.pool.metrics.refused(refusal.reason, refusal.message)
                 return _http(WSUpgradeResponse.create_error_response(refusal.status, refusal.body(),
                                                                      dict(refusal.response_headers())))
             cors = access.cors_headers(headers)
         if path == b"/ws":
+            if ATTACH_PARAMETER in parse_qs(query.decode("latin-1")):
+                message = ("the picows transport serves no /mcp, so it has no sessions to attach to; serve with "
+                           "--transport uvicorn")
+                return _refused(Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message),
+                                        CloseCode.SESSION_UNAVAILABLE, "session unavailable", message))
             return self._open_session(request)
+        if path == b"/" or path == WEB_PATH.encode() or path.startswith(WEB_PATH.encode() + b"/"):
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": WEB_NOT_SERVED["why"]}),
+                                                                 _JSON))
+        if path.decode("latin-1") in NOT_SERVED:
+            detail = f"the picows transport does not serve {path.decode('latin-1')}; serve with --transport uvicorn"
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": detail}), _JSON))
         if request.method != b"GET":
             return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
         if path == b"/health":
             return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()),
                                                               {**_JSON, **dict(cors)}))
+        if path == b"/metrics":
+            return _http(WSUpgradeResponse.create_ok_response(self.documents.metrics().encode(),
+                                                              {"Content-Type": METRICS_CONTENT_TYPE, **dict(cors)}))
         page = self.pages.get(path)
         if page is None:
             return _http(WSUpgradeResponse.create_error_response(404, b'{"detail":"Not Found"}', _JSON))
@@ -367,20 +458,28 @@ class PicowsServer:
 
     def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         pool = self.handler.pool
-        with_text = wants_text(request.headers.get(FEATURES_HEADER, ""))
+        # picows checks the upgrade headers only after `route` returns, and a connection it then refuses never
+        # reaches its listener; check them first, so that a plain HTTP request to /ws takes no slot.
+        try:
+            _validate_upgrade_request(request)
+        except RuntimeError as error:
+            pool.metrics.bad_client_input("bad_handshake", str(error))
+            body = orjson.dumps({"detail": f"{error}; /ws takes WebSocket connections only"})
+            return _http(WSUpgradeResponse.create_error_response(400, body, _JSON))
+        features = Features.parse(request.headers.get(FEATURES_HEADER, ""), request.path.partition(b"?")[2])
         if not pool.try_reserve():
             if pool.capacity_wait_s > 0 and not pool.shutting_down and pool.closing > pool.waiting_for_slots:
                 session_id = new_session_id()   # a slot is on its way back: wait for it (see WaitingListener)
                 response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: session_id})
-                return WSUpgradeResponseWithListener(response, WaitingListener(self, with_text, session_id))
+                return WSUpgradeResponseWithListener(response, WaitingListener(self, features, session_id))
             return _refused(self.handler.refusal())
-        opened = self.new_session(with_text)
+        opened = self.new_session(features)
         if isinstance(opened, Refusal):
             return _refused(opened)
         response = WSUpgradeResponse.create_101_response({SESSION_ID_HEADER: opened.session.id})
         return WSUpgradeResponseWithListener(response, opened)
 
-    def new_session(self, with_text: bool, session_id: str | None = None) -> SessionListener | Refusal:
+    def new_session(self, features: Features, session_id: str | None = None) -> SessionListener | Refusal:
         """The session of a connection that holds a slot; if its environment cannot be built, the refusal
         (and the slot is given back)."""
         handler = self.handler
@@ -389,7 +488,7 @@ class PicowsServer:
         except Exception as error:
             handler.pool.release()
             return handler.factory_refusal(error)
-        listener = SessionListener(handler, env, with_text, self.max_frame_bytes, session_id)
+        listener = SessionListener(handler, env, features, self.max_frame_bytes, session_id)
         handler.pool.add(listener.session)
         return listener
 
@@ -397,12 +496,19 @@ class PicowsServer:
         """Listen on `host:port`; returns the bound port."""
         self.app.bind(host)
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps(self.documents.metadata),
+                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
+                                                  "web": WEB_NOT_SERVED, "transport": "picows",
+                                                  "not_served": list(NOT_SERVED)}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         # Keepalive is the session pool's sweep (see SessionPool), not picows's task per connection.
+        # uvloop's own server rather than aiofastnet's: at the file-descriptor limit aiofastnet 0.x keeps retrying
+        # accept() and logs an error with a traceback each time (tens of thousands of lines), where uvloop sheds
+        # the connection quietly.
+        log = TransportLog(logging.getLogger("envkit.picows"), self.handler.pool.metrics, PICOWS_LOG_RULES)
         self.server = await ws_create_server(
             self.route, host, port, backlog=4096, max_frame_size=self.max_frame_bytes,
-            read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=10, logger_name="envkit.picows")
+            read_buffer_init_size=READ_BUFFER_BYTES, websocket_handshake_timeout=HANDSHAKE_TIMEOUT_S, logger_name=log,
+            use_aiofastnet=False)
         return self.server.sockets[0].getsockname()[1]
 
     async def shutdown(self) -> None:

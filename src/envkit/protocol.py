@@ -8,29 +8,63 @@ Frames are JSON text, OpenEnv-compatible:
             {"type": "state", "data": {...}} | {"type": "error", "data": {"message": m, "code": c}}
             {"type": "tool_result", "data": {"tool": name, "result": text, ...}}         (envkit)
 
+Clients that name features in the `x-envkit-features` handshake header get extra fields in those
+frames (`Features`); others get exactly OpenEnv's frames.
+
 Both the server and the client use this module, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
 from .environment import Observation
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "ErrorCode", "CloseCode", "close_reason", "FrameError",
-    "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame", "tool_result_frame",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "FrameError", "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
+    "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]
 
 SESSION_ID_HEADER = "x-envkit-session-id"
 #: Sent with the handshake of a connection the server accepts only to refuse it (capacity, shutdown, factory).
 REFUSED_HEADER = "x-envkit-refused"
-#: Sent by a client with the handshake; `text` asks for observation frames to carry `"text"`, the observation rendered
-#: by `Observation.as_text()` (what a language model reads). Plain OpenEnv clients do not send it and get plain frames.
+#: Sent by a client with the handshake: the envkit additions it wants in reply frames (see `Features`). Plain OpenEnv
+#: clients do not send it and get plain frames.
 FEATURES_HEADER = "x-envkit-features"
+#: The same request as a query parameter of the `/ws` URL (`/ws?features=text`), for browsers: they cannot set
+#: WebSocket handshake headers.
+FEATURES_QUERY = "features"
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a client asked for in its `x-envkit-features` header (comma-separated names).
+
+    Attributes:
+        text: observation frames carry `"text"`, the observation rendered by `Observation.as_text()`
+            (what a language model reads).
+        metrics: observation and tool result frames carry `"metrics"`, the environment's
+            `episode_metrics()` after the move (environments that declare `METRICS` only).
+    """
+
+    text: bool = False
+    metrics: bool = False
+
+    @classmethod
+    def parse(cls, header: str, query: str | bytes = "") -> Features:
+        """The features named in a header value such as `"text, metrics"`, and in the `features` parameters of
+        the connection URL's `query` string (`features=text`); unknown names are ignored."""
+        values = [header]
+        if query:
+            values += parse_qs(query.decode("latin-1") if isinstance(query, bytes) else query).get(FEATURES_QUERY, [])
+        names = {name.strip() for value in values for name in value.split(",")}
+        return cls(text="text" in names, metrics="metrics" in names)
 
 
 class ErrorCode:
@@ -45,6 +79,8 @@ class ErrorCode:
     MESSAGE_TOO_BIG = "MESSAGE_TOO_BIG"
     NOT_RESET = "NOT_RESET"
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    #: `/ws?session_id=...` named a session that cannot be attached to: unknown, ended, or already attached.
+    SESSION_UNAVAILABLE = "SESSION_UNAVAILABLE"
 
 
 class CloseCode(IntEnum):
@@ -57,6 +93,7 @@ class CloseCode(IntEnum):
     MESSAGE_TOO_BIG = 1009
     CAPACITY = 1013
     IDLE_TIMEOUT = 4408
+    SESSION_UNAVAILABLE = 4404
 
 
 _CLOSE_REASONS = {
@@ -67,6 +104,7 @@ _CLOSE_REASONS = {
     CloseCode.MESSAGE_TOO_BIG: "message too big",
     CloseCode.CAPACITY: "server at capacity",
     CloseCode.IDLE_TIMEOUT: "idle timeout",
+    CloseCode.SESSION_UNAVAILABLE: "no such session to attach to",
     1006: "connection dropped without a close frame",
 }
 
@@ -117,10 +155,13 @@ def observation_payload(observation: Observation) -> dict[str, Any]:
     return payload
 
 
-def observation_frame(observation: Observation, *, with_text: bool = False) -> str:
+def observation_frame(observation: Observation, *, with_text: bool = False,
+                      metrics: dict[str, Any] | None = None) -> str:
     data = observation_payload(observation)
     if with_text:
         data["text"] = observation.as_text()
+    if metrics is not None:
+        data["metrics"] = metrics
     return encode({"type": "observation", "data": data})
 
 
@@ -133,11 +174,29 @@ def error_frame(code: str, message: str, **details: Any) -> str:
     return encode({"type": "error", "data": {"message": message, "code": code, **details}})
 
 
-def tool_result_frame(tool: str, result: str | Observation) -> str:
+def tool_result_text(result: Any) -> str:
+    """What a language model reads of a tool's result: a string as is, an Observation through `as_text()`, JSON else."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, Observation):
+        return result.as_text()
+    return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def tool_result_payload(tool: str, result: Any) -> dict[str, Any]:
+    """What a tool returned, as every surface reports it: `result` (the text an agent reads), and
+    `observation`, `reward` and `done` when the tool returned an `Observation` (None otherwise)."""
     data: dict[str, Any] = {"tool": tool}
     if isinstance(result, Observation):
         data.update(observation_payload(result))
-        data["result"] = result.as_text()
     else:
-        data.update(result=str(result), observation=None, reward=None, done=None)
+        data.update(observation=None, reward=None, done=None)
+    data["result"] = tool_result_text(result)
+    return data
+
+
+def tool_result_frame(tool: str, result: Any, *, metrics: dict[str, Any] | None = None) -> str:
+    data = tool_result_payload(tool, result)
+    if metrics is not None:
+        data["metrics"] = metrics
     return encode({"type": "tool_result", "data": data})

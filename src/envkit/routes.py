@@ -1,4 +1,4 @@
-"""HTTP routes beside the WebSocket: health, schemas, metadata and the tool listing.
+"""HTTP routes beside the WebSocket: health, schemas, metadata, the tool listing and metrics.
 
 `Documents` builds the JSON documents once; the FastAPI router here and the picows transport
 (`picows_server`) both serve them.
@@ -7,17 +7,19 @@
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from .access import AccessPolicy
 from .environment import Action, Environment, Observation, State
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .sessions import SessionPool
 from .tools import ToolSpec
 
-__all__ = ["Documents", "build_router"]
+__all__ = ["Documents", "build_router", "METRICS_CONTENT_TYPE"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Documents:
     schema: dict[str, Any]
     metadata: dict[str, Any]
     tools: dict[str, Any]
+    #: Functions that amend the `/health` document in place (e.g. `envkit.workers` adds every worker's load).
+    health_views: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
     @classmethod
     def describe(cls, name: str, env_class: type[Environment], action_cls: type[Action],
@@ -50,6 +54,7 @@ class Documents:
             "ping_interval_s": pool.ping_interval_s,
             "ping_timeout_s": pool.ping_timeout_s,
             "tools": list(tools),
+            "metrics": [metric.describe() for metric in env_class.METRICS],
             "max_sessions_per_client": pool.max_sessions_per_client,
             "access": access.describe() if access is not None else None,
             **{key: value for key, value in metadata.items() if key != "version"},
@@ -60,11 +65,23 @@ class Documents:
         """Liveness and load: how many sessions are open and how many may be."""
         pool = self.pool
         status = "shutting_down" if pool.shutting_down else "healthy"
-        return {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
+        document = {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
+        for view in self.health_views:
+            view(document)
+        return document
+
+    def metrics(self) -> str:
+        """The server's counters in the Prometheus text format (served with `METRICS_CONTENT_TYPE`)."""
+        return self.pool.metrics.render(self.pool)
 
 
-def build_router(documents: Documents) -> APIRouter:
-    """FastAPI routes serving `documents`."""
+def build_router(documents: Documents,
+                 other_tool_listing: Callable[[Request], dict[str, Any] | None] | None = None) -> APIRouter:
+    """FastAPI routes serving `documents`.
+
+    `other_tool_listing`: asked first at `GET /tools`; a listing it returns (another protocol's shape, for a
+    request from that protocol's client) is the answer, None leaves the answer to envkit's listing.
+    """
     router = APIRouter()
 
     @router.get("/health")
@@ -83,9 +100,18 @@ def build_router(documents: Documents) -> APIRouter:
         return documents.metadata
 
     @router.get("/tools")
-    async def get_tools() -> dict[str, Any]:
+    async def get_tools(request: Request) -> dict[str, Any]:
         """The tools an agent may call, as function-calling JSON schemas."""
+        if other_tool_listing is not None:
+            listing = other_tool_listing(request)
+            if listing is not None:
+                return listing
         return documents.tools
+
+    @router.get("/metrics", response_class=Response)
+    async def get_metrics() -> Response:
+        """Counters for Prometheus: sessions, refusals, bad client input, frames and their latency."""
+        return Response(documents.metrics(), media_type=METRICS_CONTENT_TYPE)
 
     return router
 

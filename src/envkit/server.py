@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
+from .uvicorn_protocols import HeadLimits, protocol_classes
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
 
@@ -47,23 +48,27 @@ _server_log_filter = _ServerLogFilter()
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
-                  compression: bool = False, **overrides: Any) -> uvicorn.Config:
+                  compression: bool = False, head_limits: HeadLimits | None = None, **overrides: Any) -> uvicorn.Config:
     """uvicorn settings for an envkit app: uvloop and httptools when installed, the sans-I/O websockets layer.
 
     `compression`: accept permessage-deflate when a client offers it (OpenEnv's client does). Off by
     default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
     Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`). uvicorn's own
     proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
+    `head_limits`: size and time limits on request heads and handshakes (see `envkit.uvicorn_protocols`;
+    default 64 KiB and 10 s), counted in the app's metrics.
     """
     if isinstance(app, EnvkitApp):
         app.bind(host)
         logging.getLogger("uvicorn.error").addFilter(_server_log_filter)
-    pool = getattr(getattr(app, "state", None), "envkit_pool", None)
+    state = getattr(app, "state", None)
+    pool = getattr(state, "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
+    http, ws = protocol_classes(head_limits or HeadLimits(getattr(state, "envkit_metrics", None)))
     settings: dict[str, Any] = {
-        **keepalive, "ws": "websockets-sansio", "ws_max_size": MAX_FRAME_BYTES,
-        "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": "auto",
+        **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES,
+        "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": http,
         "lifespan": "on", "proxy_headers": False, **overrides,
     }
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)

@@ -15,24 +15,42 @@ import inspect
 import logging
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel
 
 from .environment import Action, Environment, Observation
 from .memory import release_memory
+from .metrics import ServerMetrics
 from .protocol import CloseCode
 from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["Session", "SessionPool", "new_session_id"]
+__all__ = ["Session", "SessionPool", "SharedLimit", "new_session_id"]
+
+class SharedLimit(Protocol):
+    """A session limit that several processes count against together."""
+
+    def try_reserve(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def in_use(self) -> int:
+        """Sessions open in all the processes together."""
+
 
 Closer = Callable[[int, str], Awaitable[None]]
 Pinger = Callable[[], None]
+
+
+#: The client address of the HTTP request being served, set by the app's access guard when sessions per client
+#: are limited; HTTP surfaces' sessions (`SessionHandler.open_detached`) are counted against it.
+current_client: ContextVar[str | None] = ContextVar("envkit_current_client", default=None)
 
 
 def new_session_id() -> str:
@@ -41,14 +59,26 @@ def new_session_id() -> str:
 
 
 class Session:
-    """One connection's environment, with the bookkeeping the pool needs to reap or close it."""
+    """One environment instance, with the bookkeeping the pool needs to reap or close it.
 
-    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer, ping: Pinger | None = None,
-                 session_id: str | None = None) -> None:
+    A WebSocket session lives as long as its connection and is given `close_socket`; a detached
+    session (HTTP surfaces such as MCP or the Open Reward Standard, where an episode spans many
+    requests) has none, and gives its slot back itself when it ends (`owns_slot`). A socket attached to a
+    detached session (`/ws?session_id=...`) sets `close_socket` while it is attached, so that reaping and
+    shutdown close it with their code.
+    """
+
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
+                 session_id: str | None = None, owns_slot: bool = False, client: str | None = None) -> None:
         self.id = session_id or new_session_id()
+        #: The client address counted for this session in the pool's per-client limit; `end()` gives it back.
+        self.client = client
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
+        #: `end()` gives the pool slot back (detached sessions); else whoever opened the session does.
+        self.owns_slot = owns_slot
+        self._lock: asyncio.Lock | None = None
         #: Sends a WebSocket ping: given by transports whose keepalive the pool runs; None where the transport pings.
         self.ping = ping
         self.last_active = time.monotonic()
@@ -61,11 +91,20 @@ class Session:
         self._closed: asyncio.Future[None] | None = None
         env_class = type(env)
         self._inline = env_class.RUN_INLINE
+        self._allows_step_before_reset = env_class.ALLOWS_STEP_BEFORE_RESET
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
 
-    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call environment code where it belongs: on the loop if inline or async, else on a worker."""
+    @property
+    def may_step(self) -> bool:
+        """Whether steps and tool calls may run now: after a reset, or always where the environment allows it."""
+        return self.has_reset or self._allows_step_before_reset
+
+    async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call environment code where it belongs: on the loop if inline or async, else on a worker.
+
+        `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
+        """
         if self._inline:
             result = function(*args, **kwargs)
         else:
@@ -93,6 +132,19 @@ class Session:
     async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         return await self.run(getattr(self.env, spec.name), **arguments)
 
+    @contextlib.asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        """Serve one request of a detached session: requests run one at a time, and the reaper sees it busy."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self.busy = True
+            try:
+                yield
+            finally:
+                self.busy = False
+                self.last_active = time.monotonic()
+
     def pong_received(self) -> None:
         self.pong_due = None
         self.last_pong = time.monotonic()
@@ -111,9 +163,11 @@ class Session:
         self._closed = closed = asyncio.get_running_loop().create_future()
         pool = self.pool
         pool.forget(self)
+        pool.metrics.session_closed(code)
         pool.closing += 1
         try:
-            await self.close_socket(code, reason)
+            if self.close_socket is not None:
+                await self.close_socket(code, reason)
         except Exception:  # the socket may already be gone; the environment must still close
             logger.debug("closing socket of session %s failed", self.id, exc_info=True)
         try:
@@ -122,6 +176,10 @@ class Session:
             logger.exception("environment close() failed in session %s", self.id)
         finally:
             pool.closing -= 1
+            if self.client is not None:
+                pool.drop_client(self.client)
+            if self.owns_slot:
+                pool.release()
             closed.set_result(None)
 
 
@@ -137,13 +195,18 @@ class SessionPool:
     """
 
     RECLAIM_AFTER_S = 1.0
+    #: How many ended sessions `ended()` remembers, so a late request hears "gone" and why, not "unknown".
+    REMEMBER_ENDED = 65536
     #: Sessions that must have closed since the last reclaim before another is worth its pause (tens of ms).
     RECLAIM_MIN_CLOSED = 64
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
                  capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
-                 ping_timeout_s: float = 20.0, max_sessions_per_client: int | None = None) -> None:
+                 ping_timeout_s: float = 20.0, metrics: ServerMetrics | None = None,
+                 max_sessions_per_client: int | None = None) -> None:
         self.max_sessions = max_sessions
+        #: The server's counters (`GET /metrics`): sessions opened and closed here, frames and refusals by the transports.
+        self.metrics = metrics or ServerMetrics()
         #: Sessions one client address may hold at once across every surface (None: no limit).
         self.max_sessions_per_client = max_sessions_per_client
         self._per_client: dict[str, int] = {}
@@ -158,6 +221,10 @@ class SessionPool:
         self.closing = 0
         self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}
+        #: A limit shared with other processes serving the same port (`envkit.workers`): a slot is taken
+        #: there too, and given back there when released. None for a server of its own.
+        self.shared_limit: SharedLimit | None = None
+        self._ended: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
         self._sweeper: asyncio.Task[None] | None = None
@@ -171,9 +238,16 @@ class SessionPool:
         """Sessions open or being opened right now."""
         return self._reserved
 
+    @property
+    def active_everywhere(self) -> int:
+        """Sessions open here and in the processes sharing the limit (`shared_limit`): what the limit counts."""
+        return self.shared_limit.in_use() if self.shared_limit is not None else self._reserved
+
     def try_reserve(self) -> bool:
         """Take a slot for a new connection; False at capacity or during shutdown."""
         if self.shutting_down or self._reserved >= self.max_sessions:
+            return False
+        if self.shared_limit is not None and not self.shared_limit.try_reserve():
             return False
         self._reserved += 1
         return True
@@ -241,6 +315,8 @@ class SessionPool:
                 waiter.set_result(True)
                 return
         self._reserved -= 1
+        if self.shared_limit is not None:
+            self.shared_limit.release()
         if self._reserved == 0 and self._closed_since_reclaim >= self.RECLAIM_MIN_CLOSED and self._reclaim is None:
             self._reclaim = asyncio.get_running_loop().call_later(self.RECLAIM_AFTER_S, self._reclaim_if_idle)
 
@@ -252,11 +328,24 @@ class SessionPool:
 
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
+        self.metrics.session_opened()
         if self._sweeper is None and (self.idle_timeout_s or (session.ping and self.ping_interval_s)):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="envkit-sweep")
 
     def forget(self, session: Session) -> None:
         self._sessions.pop(session.id, None)
+        if session.ended is not None:
+            self._ended[session.id] = session.ended
+            if len(self._ended) > self.REMEMBER_ENDED:
+                self._ended.popitem(last=False)
+
+    def get(self, session_id: str) -> Session | None:
+        """The open session with this id, or None."""
+        return self._sessions.get(session_id)
+
+    def ended(self, session_id: str) -> tuple[int, str] | None:
+        """(close code, reason) of a session that was open here and has ended; None if never seen or long gone."""
+        return self._ended.get(session_id)
 
     async def run_in_worker(self, function: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)

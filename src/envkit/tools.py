@@ -6,8 +6,9 @@ builds a JSON schema in the function-calling format that chat templates and
 `transformers.utils.get_json_schema` use, validates call arguments, and publishes the listing at
 `GET /tools`, from which trainers and other front ends are generated.
 
-A tool returns either a string (shown to the agent as is) or an `Observation` (shown through
-`Observation.as_text()`, with its reward and done flag reported to the caller).
+A tool returns a string (shown to the agent as is), an `Observation` (shown through
+`Observation.as_text()`, with its reward and done flag reported to the caller), or another JSON
+value such as a dict (shown as JSON; MCP clients also get the value itself).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, Field, create_model
 
 from .errors import ToolDefinitionError
 
@@ -144,9 +145,13 @@ class ToolSpec:
         return {"type": "function", "function": function}
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Check and coerce call arguments; raises `pydantic.ValidationError` when they are wrong."""
-        model = self.arguments_model.model_validate(arguments)
-        return {name: getattr(model, name) for name in self.parameters["properties"]}
+        """Check and coerce call arguments; raises `pydantic.ValidationError` when they are wrong.
+
+        The model's fields are named by position (`arg0`, ...) with the argument names as aliases, so
+        that any name a Python method takes (`model_config`, `_private`, `json`) reaches the tool.
+        """
+        values = self.arguments_model.model_validate(arguments).__dict__
+        return {name: values[f"arg{index}"] for index, name in enumerate(self.parameters["properties"])}
 
 
 def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> ToolSpec:
@@ -175,9 +180,8 @@ def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> Too
         properties[param.name] = schema
         if param.default is param.empty:
             required.append(param.name)
-            fields[param.name] = (hints[param.name], ...)
-        else:
-            fields[param.name] = (hints[param.name], param.default)
+        default = ... if param.default is param.empty else param.default
+        fields[f"arg{len(fields)}"] = (hints[param.name], Field(default, alias=param.name))
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required

@@ -1,7 +1,7 @@
 """`envkit validate`: tell an env author exactly what their env folder or running server gets wrong.
 
     report = validate_folder(Path("envs/echo"))        # files, manifest, import, tools, Dockerfile
-    report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency
+    report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency, ORS
     print(report.table()); sys.exit(0 if report.ok else 1)
 
 Each check ends `ok`, `warn` (works, but a consumer may trip over it) or `fail` (with the fix).
@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
-from .errors import AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError
+from .errors import AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError, SessionLostError
+from .access import key_headers
+from .ors_client import OrsServer, is_ors_server
 from .protocol import ErrorCode
 from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
 from .tools import tool_specs
 
-__all__ = ["Check", "Report", "validate_folder", "validate_url", "example_from_schema", "read_front_matter",
-           "SPACE_FILES"]
+__all__ = ["Check", "Report", "validate_folder", "validate_url", "check_ors", "example_from_schema",
+           "read_front_matter", "SPACE_FILES"]
 
 Status = Literal["ok", "warn", "fail"]
 #: Files every env folder needs to become a Space.
@@ -259,7 +261,8 @@ def example_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = No
 
 
 async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
-    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once.
+    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once,
+    and `/mcp` in OpenEnv's dialect and as standard MCP.
 
     Raises `AuthenticationError` when the server refuses the key (`$ENVKIT_API_KEY`) or its absence.
     """
@@ -267,10 +270,17 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
 
     report = Report(url)
     client = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
+    health: dict[str, Any] | None = None
     try:
         health = await client.health()
     except ClientError as error:
-        report.add("health", [f"{error}; is the server running at this address?"], "")
+        failure = error
+    if ((health is None or health.get("status") != "healthy") and url.startswith(("http://", "https://"))
+            and await asyncio.to_thread(is_ors_server, url, timeout)):
+        await asyncio.to_thread(check_ors, report, url, timeout)   # a server of the Open Reward Standard only
+        return report
+    if health is None:
+        report.add("health", [f"{failure}; is the server running at this address?"], "")
         return report
     try:
         await client.metadata()   # /health is open to all; this says at once whether the key is accepted
@@ -305,15 +315,110 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     if tools and not _tool_listing_problems(tools[0]):
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
+    await _check_mcp(report, client.http_url, timeout, [tool for tool in tools if not _tool_listing_problems(tool)])
+    ors = (await _get_json(client.http_url + "/metadata", timeout)).get("ors") or {}
+    if ors.get("served"):
+        await asyncio.to_thread(check_ors, report, client.http_url, timeout)
+    elif ors:
+        report.add("ors", [f"not served: {ors.get('why', 'this server does not serve it')}"], "", warn=True)
     return report
 
 
-async def _get_json(url: str, timeout: float, headers: dict[str, str]) -> dict[str, Any]:
+# -- Open Reward Standard ------------------------------------------------------------------------
+
+
+def check_ors(report: Report, url: str, timeout: float = 10.0) -> None:
+    """The ORS routes as the openreward SDK uses them: catalogue, tools, one session (prompt, a tool call, delete),
+    and that refusals come back in the ORS shape. Blocking (HTTP); every check is named `ors ...`."""
+    try:
+        server = OrsServer(url, timeout=timeout)
+        splits = {split: server.num_tasks(split) for split in server.splits()}
+        tools = server.tools()
+    except EnvkitError as error:
+        report.add("ors catalogue", [str(error)], "")
+        return
+    try:
+        problems = [] if splits else ["no splits: ORS clients (TRL's OpenRewardSpec) build their dataset from "
+                                      "tasks; list some in the environment's TASKS"]
+        problems += [f"split {split!r} has no tasks" for split, count in splits.items() if not count]
+        counts = ", ".join(f"{split} ({count} tasks)" for split, count in splits.items())
+        report.add("ors catalogue", problems, f"{server.env_name}: splits {counts}", warn=True)
+        listed = [{"function": tool} for tool in tools]
+        problems = [f"tool {tool['name']!r}: {problem}" for tool, entry in zip(tools, listed)
+                    for problem in _tool_listing_problems(entry)]
+        report.add("ors tools", problems or ([] if tools else ["no tools"]),
+                   f"{len(tools)} tool(s): {', '.join(tool['name'] for tool in tools)}")
+        if not tools:
+            return
+        split = next((name for name, count in splits.items() if count), None)
+        _check_ors_session(report, server, split, tools[0])
+        _check_ors_refusals(report, server, split, splits.get(split or "", 0))
+    finally:
+        server.close()
+
+
+def _check_ors_session(report: Report, server: OrsServer, split: str | None, tool: dict[str, Any]) -> None:
+    """One session: task 0 of `split`, or (no tasks) an empty task spec; its prompt, a tool call, delete."""
+    arguments = example_from_schema(tool.get("parameters") or {})
+    task = f"task 0 of {split!r}" if split else "an empty task spec"
+    try:
+        session = server.open(split=split, index=0) if split else server.open(task_spec={})
+    except EnvkitError as error:
+        report.add("ors session", [f"opening {task}: {error}"], "")
+        return
+    try:
+        report.add("ors session", [] if session.prompt.strip() else ["the prompt is empty"],
+                   f"{task}, prompt {session.prompt.strip()[:50]!r}")
+        try:
+            result = session.call(tool["name"], arguments)
+            report.add("ors call", [], f"{tool['name']}({arguments}) → {result.text[:50]!r}, reward {result.reward}, "
+                                       f"finished {result.done}")
+        except EnvError as error:
+            report.add("ors call", [f"{tool['name']}({arguments}): {error}"], "",
+                       warn=error.code == "INPUT_VALIDATION")
+    finally:
+        session.close()
+    try:
+        session.call(tool["name"], arguments)
+        report.add("ors delete", ["a call on a deleted session was answered; it should get 410 (or 404)"], "")
+    except SessionLostError:
+        report.add("ors delete", [], "a call on the deleted session answers 410/404")
+    except EnvkitError as error:
+        report.add("ors delete", [f"a call on a deleted session: {error}; expected 410 (or 404)"], "")
+
+
+def _check_ors_refusals(report: Report, server: OrsServer, split: str | None, count: int) -> None:
+    problems = []
+    try:
+        server.open(split=split or "no-such-split", index=count).close()
+        problems.append(f"task {count} of {split!r} (one past the end) was opened; expected a 4xx refusal")
+    except EnvError as error:
+        if not 400 <= int(error.details.get("status", 0)) < 500:
+            problems.append(f"an index past the end got {error}; expected a 4xx refusal")
+    except EnvkitError as error:
+        problems.append(f"an index past the end: {error}")
+    session = None
+    try:
+        session = server.open(split=split, index=0) if split else server.open(task_spec={})
+        session.call("no_such_tool_here", {})
+        problems.append("an unknown tool was answered with ok: true")
+    except EnvError as error:
+        if error.code != "NOT_FOUND":
+            problems.append(f"an unknown tool got reason {error.code.lower()!r}; the SDK expects 'not_found'")
+    except EnvkitError as error:
+        problems.append(f"an unknown tool: {error}")
+    finally:
+        if session is not None:
+            session.close()
+    report.add("ors refusals", problems, "a bad task index and an unknown tool are refused in the ORS shape")
+
+
+async def _get_json(url: str, timeout: float, headers: dict[str, str] | None = None) -> dict[str, Any]:
     import httpx
 
     try:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
-            response = await http.get(url, headers=headers)
+            response = await http.get(url, headers=key_headers() if headers is None else headers)
         document = response.json() if response.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}
@@ -402,6 +507,114 @@ async def _connect_once_free(client: Any, within_s: float) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+class _McpProblem(Exception):
+    """A check of `/mcp` that failed, with what was wrong."""
+
+
+async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]]) -> None:
+    """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP."""
+    import httpx
+
+    metadata = await _get_json(http_url + "/metadata", timeout)
+    if "/mcp" in metadata.get("not_served", []):
+        for name in ("mcp (openenv)", "mcp (standard)"):
+            report.add(name, [f"this server's transport ({metadata.get('transport')}) does not serve /mcp; serve "
+                              "with the default uvicorn transport for MCP clients"], "", warn=True)
+        return
+    names = sorted(tool["function"]["name"] for tool in tools)
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=key_headers()) as http:
+        rpc = _JsonRpc(http, http_url + "/mcp", timeout)
+        for name, check in (("mcp (openenv)", _check_mcp_openenv), ("mcp (standard)", _check_mcp_standard)):
+            try:
+                report.add(name, [], await check(rpc, names, tools))
+            except _McpProblem as problem:
+                report.add(name, [str(problem)], "")
+            except httpx.HTTPError as error:
+                report.add(name, [f"POST {http_url}/mcp failed: {type(error).__name__}: {error}"], "")
+
+
+class _JsonRpc:
+    """Posts JSON-RPC requests to `/mcp`, retrying while the server is still closing earlier checks' sessions."""
+
+    def __init__(self, http: Any, url: str, timeout: float) -> None:
+        self.http, self.url, self.timeout, self.next_id = http, url, timeout, 0
+
+    async def post(self, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:
+        response = await self.http.post(self.url, json=body, headers=headers or {})
+        try:
+            reply = response.json()
+        except ValueError:
+            reply = None
+        if response.status_code != 200 or not isinstance(reply, dict) or reply.get("jsonrpc") != "2.0":
+            raise _McpProblem(f"POST /mcp answered HTTP {response.status_code} without a JSON-RPC 2.0 body "
+                              f"({response.text[:80]!r}); OpenEnv's validator and clients need 200 and JSON-RPC")
+        return reply
+
+    async def call(self, method: str, params: dict[str, Any], *, retry_capacity: bool = False) -> Any:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.next_id += 1
+            reply = await self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+            error = reply.get("error")
+            if error and retry_capacity and error.get("code") == -32000 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                continue
+            if error:
+                raise _McpProblem(f"{method}: JSON-RPC error {error.get('code')}: {error.get('message')}")
+            return reply.get("result")
+
+
+async def _check_mcp_openenv(rpc: _JsonRpc, names: list[str], tools: list[dict[str, Any]]) -> str:
+    empty = await rpc.post({})
+    if "error" not in empty:
+        raise _McpProblem("POST /mcp with {} should answer a JSON-RPC error (it is not a request)")
+    session_id = ((await rpc.call("openenv/session/create", {}, retry_capacity=True)) or {}).get("session_id")
+    if not isinstance(session_id, str):
+        raise _McpProblem("openenv/session/create returned no session_id")
+    try:
+        listed = sorted(tool.get("name") for tool in (await rpc.call("tools/list", {"session_id": session_id}))
+                        .get("tools", []))
+    finally:
+        await rpc.call("openenv/session/close", {"session_id": session_id})
+    if listed != names:
+        raise _McpProblem(f"tools/list names {listed}, but /tools lists {names}")
+    rpc.next_id += 1
+    after = await rpc.post({"jsonrpc": "2.0", "id": rpc.next_id, "method": "tools/list",
+                            "params": {"session_id": session_id}})
+    if "error" not in after:
+        raise _McpProblem("a closed session still answers tools/list; it should be gone")
+    return f"session create, tools/list ({len(listed)} tools), close; the closed session is gone"
+
+
+async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[str, Any]]) -> str:
+    initialized = await rpc.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "envkit-validate", "version": "1"}})
+    if not isinstance(initialized, dict) or "tools" not in initialized.get("capabilities", {}):
+        raise _McpProblem("initialize did not offer the tools capability")
+    listed = {tool.get("name"): tool for tool in (await rpc.call("tools/list", {})).get("tools", [])}
+    missing = sorted({"reset", "close", *names} - set(listed))
+    if missing:
+        raise _McpProblem(f"tools/list lacks {', '.join(missing)}")
+    reset = await rpc.call("tools/call", {"name": "reset", "arguments": {}}, retry_capacity=True)
+    episode_id = (reset.get("structuredContent") or {}).get("episode_id")
+    if reset.get("isError") or not episode_id:
+        raise _McpProblem(f"the reset tool returned no episode_id: {reset.get('content')}")
+    detail = "initialize, tools/list, reset"
+    try:
+        if tools:
+            function = tools[0]["function"]
+            arguments = example_from_schema(function.get("parameters") or {})
+            result = await rpc.call("tools/call", {"name": function["name"],
+                                                   "arguments": {**arguments, "episode_id": episode_id}})
+            text = (result.get("content") or [{}])[0].get("text", "")
+            if result.get("isError"):
+                return f"{detail}; {function['name']}({arguments}) was refused by the environment: {text[:60]!r}"
+            detail += f", {function['name']}({arguments}) → {text[:40]!r}"
+    finally:
+        await rpc.call("tools/call", {"name": "close", "arguments": {"episode_id": episode_id}})
+    return detail + ", close"
 
 
 def validate(target: str) -> Report:

@@ -7,7 +7,7 @@ import random
 import uuid
 from typing import Any, Literal
 
-from envkit import Environment, tool
+from envkit import Environment, Metric, tool
 
 from .game import COLUMNS, LEFT, PLAYER_ID, RIGHT, STAY, TERMINAL_PLAYER_ID, CatchGame
 from .models import CatchAction, CatchObservation, CatchState, GamePhase
@@ -29,6 +29,12 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
         "train": tuple({"ball_column": column, "seed": seed} for seed in range(20) for column in range(COLUMNS)),
         "test": tuple({"ball_column": column, "seed": seed} for seed in range(1000, 1006) for column in range(COLUMNS)),
     }
+    METRICS = (
+        Metric("caught", "caught", "count", success=True, description="the ball landed on the paddle"),
+        Metric("miss_distance", "columns off", "mean",
+               description="columns between paddle and ball when the game ended (0 on a catch)"),
+        Metric("moves", "paddle moves", "mean", description="left or right moves made (stays not counted)"),
+    )
 
     def __init__(self) -> None:
         self._rng = random.Random()
@@ -81,6 +87,16 @@ class CatchEnvironment(Environment[CatchAction, CatchObservation, CatchState]):
                           start_column=game.ball_column, ball_row=game.ball_row, ball_column=game.ball_column,
                           paddle_column=game.paddle_column, actions=list(self._actions), done=game.done,
                           episode_return=game.reward)
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Caught (1 or 0), how far the paddle was from the ball at the end, and how often it moved."""
+        game = self._game
+        metrics: dict[str, float] = {"caught": 0, "moves": sum(action != STAY for action in self._actions)}
+        if game is not None:
+            metrics["caught"] = int(game.caught)
+            if game.done:
+                metrics["miss_distance"] = abs(game.paddle_column - game.ball_column)
+        return metrics
 
     @tool
     def move(self, direction: Literal["left", "right"]) -> CatchObservation:

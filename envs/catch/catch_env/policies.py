@@ -20,7 +20,7 @@ from .environment import CatchEnvironment
 from .game import ACTIONS, LEFT, RIGHT, STAY, decode_tensor
 from .models import CatchAction, CatchObservation
 
-__all__ = ["Policy", "OptimalPolicy", "RandomPolicy", "TOOL_CALLS", "Episode", "Summary", "play_episode", "evaluate"]
+__all__ = ["Policy", "OptimalPolicy", "RandomPolicy", "TOOL_CALLS", "TOOL_PLAYERS", "Episode", "Summary", "play_episode", "evaluate"]
 
 #: The tool call an LLM agent makes for each action id: (tool name, arguments).
 TOOL_CALLS: dict[int, tuple[str, dict[str, str]]] = {
@@ -71,6 +71,22 @@ def _info_state(observation: CatchObservation | Mapping[str, Any] | Sequence[flo
             raise ValueError("the observation has no info_state; pass a Catch observation or its 50-float info_state")
         return observation["info_state"]
     return observation
+
+
+def _tool_player(policy: Policy) -> Any:
+    def act(observation: Mapping[str, Any], task: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        tool, arguments = TOOL_CALLS[policy(observation)]
+        return tool, dict(arguments)
+
+    return act
+
+
+#: Scripted players for `envkit eval --policy NAME`: each takes a seed and returns a function from the latest
+#: observation (its wire dict) and the task to the next tool call, `(tool, arguments)`.
+TOOL_PLAYERS = {
+    "solver": lambda seed: _tool_player(OptimalPolicy()),
+    "random": lambda seed: _tool_player(RandomPolicy(seed)),
+}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
-"""The echo environment: every step echoes its message; the reward is 0.1 per character; it never ends."""
+"""The echo environment: every step echoes its message; the reward is 0.1 per character; it never ends.
+
+As in OpenEnv's echo, a step needs no reset first, and besides `echo` it offers OpenEnv's current echo
+tools `echo_message` and `echo_with_length`, which return the same values (and earn no reward).
+"""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from envkit import Environment, State, tool
+from envkit import Environment, Metric, State, tool
 
 from .models import EchoAction, EchoObservation
 
@@ -20,8 +24,14 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
-    #: A few messages to echo; `reset` ignores the task, whose message only shapes the prompt.
+    ALLOWS_STEP_BEFORE_RESET = True   # OpenEnv's echo answers a step without a reset (TRL's quick start relies on it)
+    #: A few messages to echo; a task's message shapes the prompt, and `reset(message=...)` remembers it for `echoed`.
     TASKS = {"train": tuple({"message": m} for m in _TRAIN_MESSAGES), "test": tuple({"message": m} for m in _TEST_MESSAGES)}
+    METRICS = (
+        Metric("echoed", "echoed the task's message", "count", success=True,
+               description="one echo repeated the task's message exactly"),
+        Metric("characters", "characters echoed", "mean", description="characters echoed over the episode"),
+    )
 
     @classmethod
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
@@ -31,14 +41,20 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     def __init__(self) -> None:
         self._state = State()
+        self._target: str | None = None
+        self._echoed: list[str] = []
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
+        message = kwargs.get("message")
+        self._target = message if isinstance(message, str) else None
+        self._echoed = []
         return EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0)
 
     def step(self, action: EchoAction) -> EchoObservation:
         self._state.step_count += 1
         message = action.message
+        self._echoed.append(message)
         return EchoObservation(echoed_message=message, message_length=len(message),
                                reward=len(message) * REWARD_PER_CHARACTER,
                                metadata={"original_message": message, "step": self._state.step_count})
@@ -46,6 +62,11 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
     @property
     def state(self) -> State:
         return self._state
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Whether an echo repeated the task's message, and how many characters were echoed."""
+        return {"echoed": int(self._target is not None and self._target in self._echoed),
+                "characters": sum(len(message) for message in self._echoed)}
 
     @tool
     def echo(self, message: str) -> EchoObservation:
@@ -55,3 +76,27 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
             message: The message to echo.
         """
         return self.step(EchoAction(message=message))
+
+    @tool
+    def echo_message(self, message: str) -> str:
+        """Echo back the provided message.
+
+        Args:
+            message: The message to echo back
+
+        Returns:
+            The same message that was provided
+        """
+        return message
+
+    @tool
+    def echo_with_length(self, message: str) -> dict[str, Any]:
+        """Echo back the message with its length.
+
+        Args:
+            message: The message to echo back
+
+        Returns:
+            Dictionary with the message and its length
+        """
+        return {"message": message, "length": len(message)}

@@ -6,7 +6,7 @@ import random
 import uuid
 from typing import Any
 
-from envkit import Environment, tool
+from envkit import Environment, Metric, tool
 
 from .game import GAME_ID, NUM_GUESSES, PLAYER_ID, WORD_LENGTH, WordleGame
 from .models import WordleAction, WordleMessage, WordleObservation, WordleState
@@ -33,6 +33,13 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     RUN_INLINE = True
     #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
     TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
+    #: The columns of TRL's Wordle evaluation table: wins (k/n), guesses per win, invalid guesses (total).
+    METRICS = (
+        Metric("won", "wins", "count", success=True, description="the secret word was guessed"),
+        Metric("guesses", "guesses per win", "mean", where="won", description="valid guesses made in a won game"),
+        Metric("invalid_guesses", "invalid guesses", "sum",
+               description="guesses refused as invalid (wrong format, not a word, repeated), over all games"),
+    )
 
     def __init__(self) -> None:
         self._game: WordleGame | None = None
@@ -88,6 +95,13 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
         return WordleState(episode_id=self._episode_id, step_count=self._step_count, turn=game.turn,
                            last_reward=self._last_reward, last_info=self._last_info, raw_state=raw_state,
                            reward_components=reward_components(game))
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Won (1 or 0), valid guesses made, and invalid guesses made in the current game."""
+        game = self._game
+        if game is None:
+            return {"won": 0, "guesses": 0, "invalid_guesses": 0}
+        return {"won": int(game.won), "guesses": len(game.guesses), "invalid_guesses": game.invalid_moves}
 
     @tool
     def guess(self, guess: str) -> WordleObservation:

@@ -33,7 +33,7 @@ from .game import NUM_GUESSES, score_guess
 from .models import WordleAction, WordleObservation
 from .words import secret_words, valid_words
 
-__all__ = ["Policy", "Solver", "RandomPolicy", "EpisodeResult", "play_episode", "evaluate", "parse_history", "main"]
+__all__ = ["Policy", "Solver", "RandomPolicy", "RandomLetters", "TOOL_PLAYERS", "EpisodeResult", "play_episode", "evaluate", "parse_history", "main"]
 
 _FEEDBACK = re.compile(r"You submitted \[(\w+)\]\.\nFeedback:\n[^\n]*\n([GYX](?: [GYX])*)\n")
 History = list[tuple[str, tuple[str, ...]]]
@@ -128,6 +128,35 @@ class RandomPolicy:
             word = self._rng.choice(valid_words())
             if word not in guessed:
                 return f"[{word}]"
+
+
+class RandomLetters:
+    """Guesses five random letters in brackets: the right format, but hardly ever a word (a model that
+    has not learnt the word list). Most games end on the second invalid guess."""
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = random.Random(seed)
+
+    def act(self, observation: WordleObservation | Mapping[str, Any] | str) -> str:
+        return "[" + "".join(self._rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) + "]"
+
+
+def _tool_player(policy: Policy) -> Any:
+    def act(observation: Mapping[str, Any], task: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "guess", {"guess": policy.act(observation)}
+
+    return act
+
+
+#: Scripted players for `envkit eval --policy NAME`: each takes a seed and returns a function from the latest
+#: observation (its wire dict) and the task to the next tool call, `(tool, arguments)`.
+TOOL_PLAYERS = {
+    "solver": lambda seed: _tool_player(Solver()),
+    "random": lambda seed: _tool_player(RandomLetters(seed)),
+    "random-word": lambda seed: _tool_player(RandomPolicy(seed)),
+}
 
 
 @dataclass

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 from typing import Protocol
 
-from .raw_client import RawWebSocket, endpoint, key_headers, open_connection
+from ..access import key_headers
+from .raw_client import RawWebSocket, endpoint, open_connection
 from .script import SessionScript
 
 __all__ = ["Driver", "PicowsDriver", "RawDriver", "WebsocketsDriver", "driver_class", "available_clients"]

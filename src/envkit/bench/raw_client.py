@@ -13,26 +13,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import os
 import random
 import socket
 import struct
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..access import API_KEY_ENV
+from ..access import key_headers
 
 __all__ = ["Endpoint", "RawWebSocket", "client_frame", "endpoint", "open_connection"]
 
 TEXT, BINARY, CONTINUATION, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
 _SHORT, _MEDIUM = struct.Struct("!BB"), struct.Struct("!BBH")
 _LONG = struct.Struct("!BBQ")
-
-
-def key_headers() -> dict[str, str]:
-    """The API key header every bench client sends: `$ENVKIT_API_KEY` (`--api-key-env`), if set."""
-    key = os.environ.get(API_KEY_ENV, "").strip()
-    return {"X-API-Key": key} if key else {}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import click
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve an environment over WebSocket."),
     "train": ("train", "Train a model with TRL GRPO against served environments (tools bound automatically)."),
+    "eval": ("eval", "Play models or scripted policies on an environment's test tasks; print the results table."),
     "validate": ("validate", "Check an env folder or a running server."),
     "new": ("new", "Create a new env folder from the template."),
     "push": ("push", "Publish an env folder as a Hugging Face Space."),

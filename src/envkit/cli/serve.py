@@ -11,6 +11,7 @@ import click
 
 from ..access import is_loopback_host
 from ..errors import ConfigurationError
+from .scale_out import ScaleOut, scale_out_options
 
 
 @click.command("serve")
@@ -29,8 +30,9 @@ from ..errors import ConfigurationError
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route) or picows (about twice the steps/s; "
-                   "/ws and GET /health /schema /metadata /tools only; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route: /mcp, the Open Reward Standard and the /web page "
+                   "included) or picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics "
+                   "only: no /mcp, no Open Reward Standard, no /web page; needs envkit[bench]).")
 @click.option("--api-key-env", metavar="NAME", default=None,
               help="Require the API key held in environment variable NAME on every route but /health "
                    "[default: $ENVKIT_API_KEY if set, else no key]. The key itself never goes on the command line.")
@@ -48,11 +50,16 @@ from ..errors import ConfigurationError
                    "(SPACE_ID set) 'private'; else none].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
+@scale_out_options
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
             capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, api_key_env: str | None,
             allow_origins: tuple[str, ...], allowed_hosts: str | None, max_sessions_per_client: int | None,
-            forwarded_allow_ips: str | None, log_level: str) -> None:
-    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools).
+            forwarded_allow_ips: str | None, log_level: str, scale_out: ScaleOut) -> None:
+    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
+    to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
+
+    With the default uvicorn transport, http://HOST:PORT/web (and / redirects there) is a page to
+    play the environment in a browser and to replay transcripts; the picows transport has no page.
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
@@ -64,8 +71,11 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve ./my_env
       envkit serve my_package.env:MyEnvironment --session-timeout 60
       envkit serve echo --transport picows --max-concurrent-envs 1024
+      envkit serve echo --workers 4 --max-concurrent-envs 256
+      envkit serve echo --ray 10.0.0.1:6379 --replicas 8 --num-cpus 1
       ENVKIT_API_KEY=... envkit serve echo --host 0.0.0.0 --max-sessions-per-client 4
     """
+    scale_out.check(transport)
     from ..serving import app_from_environment, resolve_target
 
     if transport == "picows":
@@ -98,6 +108,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         raise click.UsageError(str(error)) from None
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if scale_out.requested:
+        return scale_out.serve(target, resolved, settings, host, port, log_level)
     if not app.access.requires_key and not is_loopback_host(host):
         click.echo(f"envkit: warning: serving on {host} without an API key: anyone who can reach this address can "
                    "open sessions; set one with ENVKIT_API_KEY or --api-key-env NAME", err=True)
@@ -106,6 +118,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
+        if transport == "uvicorn":
+            click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
     serve(app, host, port, on_started=announce)
 

@@ -33,7 +33,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
                    "Repeat for several (rows are routed per environment). [default: echo]")
 @click.option("--env-url", "env_url", multiple=True, metavar="URL",
               help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
-                   "with --env names in order.")
+                   "with --env names in order. One environment on several servers: separate their URLs with commas "
+                   "or give a registry (http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
 @click.option("--model", default=None, metavar="MODEL",
               help="'tiny' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a Hub "
                    "id. [default: tiny]")
@@ -72,8 +73,20 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
                    "columns are optional).")
 @click.option("--num-episodes", type=int, default=None,
-              help="Without --dataset: how many distinct episodes (seeds) the environments provide. [default: 64]")
+              help="Without --dataset: how many episodes (rows) the environments provide. [default: 64 seeds; with "
+                   "tasks (--split, or an Open Reward Standard server): every task once]")
+@click.option("--split", default=None, metavar="NAME",
+              help="Train on the tasks of this split (e.g. train): each task's reset arguments become a row. "
+                   "[default: seeds; for an Open Reward Standard server its train split]")
+@click.option("--protocol", type=click.Choice(["auto", "envkit", "ors"]), default=None,
+              help="What the --env-url servers speak: envkit's WebSocket protocol, or the Open Reward Standard "
+                   "(an openreward-SDK server). [default: auto, found out from each server]")
 @click.option("--seed", type=int, default=None, help="[default: 0]")
+@click.option("--eval-games", type=int, default=None,
+              help="Before and after training, play this many games of each environment's test split greedily "
+                   "(as `envkit eval` does) and print both rows. [default: 0, none]")
+@click.option("--transcripts-per-step", type=int, default=None,
+              help="Episodes written to OUTPUT_DIR/transcripts.jsonl at each logging step. [default: 4]")
 @click.option("--report-to", type=click.Choice(["none", "trackio"]), default=None,
               help="Also log metrics to trackio. [default: none]")
 @click.option("--reconnect-timeout", type=float, default=None,
@@ -93,6 +106,9 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
       envkit train --env echo --env-url http://127.0.0.1:8001 --model ./my-model
       envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate --num-generations 16
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
+      envkit train --env wordle --eval-games 30
+      envkit train --env wordle --split train
+      envkit train --env-url http://127.0.0.1:8080 --protocol ors    # an openreward-SDK server
       envkit train --config train.yaml --max-steps 100
     """
     from ..train.settings import settings_from

@@ -21,7 +21,9 @@ def command(target: str, as_json: bool) -> None:
     A folder: the Space files, README front matter, [tool.envkit] manifest, that the environment
     and its server app import, that every tool argument is typed and described, and the
     Dockerfile's shape (non-root, HEALTHCHECK, installs the staged envkit wheel, envkit serve).
-    A URL: /health, /schema, /tools, a reset and a step, a tool call, two sessions at once.
+    A URL: /health, /schema, /tools, a reset and a step, a tool call, two sessions at once, and the
+    Open Reward Standard routes (catalogue, tools, a session with a tool call, delete, refusals). A
+    server that speaks only the Open Reward Standard (an openreward-SDK server) gets the ORS checks.
     Exit status 1 when a check fails.
 
     \b

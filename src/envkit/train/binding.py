@@ -29,13 +29,14 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from ..client import EnvClient, SyncEnvClient
 from ..errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, SessionLostError
+from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
 
-__all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "environment_factory", "tool_names"]
+__all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "make_class", "environment_factory", "tool_names"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -68,6 +69,11 @@ class Episode:
         lost: why the session was lost mid-episode, or None. A lost episode is unscorable.
         texts: the observation texts, first (from `reset`) to last.
         env_seconds: time spent waiting for the environment.
+        metrics: the environment's episode metrics after the latest move (`Environment.METRICS`; empty when it
+            declares none).
+        observation: the latest observation, as the server sent it.
+        turns: every tool call of the episode, in order: arguments, the text the model read back (for a
+            refused call, TRL's `{'error': ...}`), the reward it brought, and whether the episode was over.
     """
 
     env: str
@@ -81,6 +87,13 @@ class Episode:
     lost: str | None = None
     texts: list[str] = field(default_factory=list)
     env_seconds: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    observation: Any = None
+    turns: list[Turn] = field(default_factory=list)
+
+    def refused(self, tool: str, arguments: Any, error: str) -> None:
+        """Record a call that failed: TRL shows the model `{'error': error}`."""
+        self.turns.append(Turn(tool, arguments, str({"error": error}), 0.0, self.done, error))
 
 
 @dataclass
@@ -122,7 +135,7 @@ class ServedEnvironment:
 
     def __init__(self) -> None:
         self.episode: Episode | None = None
-        self._client: SyncEnvClient | None = None
+        self._client: Any = None
         type(self)._instances.add(self)
 
     def reset(self, **row: Any) -> str:
@@ -139,7 +152,7 @@ class ServedEnvironment:
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)
         episode.texts.append(text)
-        self._add_components(result.observation)
+        self._observed(result.observation, result.metrics)
         if result.done:
             self._finish()
         return _separated(row.get("prompt"), text)
@@ -150,7 +163,7 @@ class ServedEnvironment:
         deadline = time.monotonic() + self.reconnect_timeout
         dropped = 0
         while True:
-            self._client = EnvClient(self.url, **self._client_options).sync()
+            self._client = self._connect()
             try:
                 return self._client.reset(**kwargs)
             except CapacityError as error:
@@ -174,26 +187,31 @@ class ServedEnvironment:
                                self.env_name, self.url, deadline - time.monotonic())
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
+    def _connect(self) -> Any:
+        """A client for one episode's session (`reset`, `call`, `close`, `session_id`)."""
+        return EnvClient(self.url, **self._client_options).sync()
+
     def _call(self, tool: str, arguments: dict[str, Any]) -> str:
         """One tool call over this episode's session; every refusal is a ValueError, which TRL shows the model."""
         episode, client = self.episode, self._client
         if episode is not None and episode.lost:
-            raise ValueError(f"Episode lost ({episode.lost}); it cannot continue.")
+            self._refuse(tool, arguments, f"Episode lost ({episode.lost}); it cannot continue.")
         if episode is not None and episode.done:
-            raise ValueError("Game over.")
+            self._refuse(tool, arguments, "Game over.")
         if episode is None or client is None:
             raise ValueError("No episode is running; the trainer calls reset() first.")
         started = time.perf_counter()
+        reward_before = episode.reward
         try:
             result = client.call(tool, **arguments)
         except SessionLostError as error:
             self._lose(error)
-            raise ValueError(f"Episode lost: {error.reason}. It ends here and is not replayed.") from None
+            self._refuse(tool, arguments, f"Episode lost: {error.reason}. It ends here and is not replayed.")
         except EnvError as error:
             episode.tool_errors += 1
             self.tally.tool_errors += 1
             self.tally.error_codes[error.code] = self.tally.error_codes.get(error.code, 0) + 1
-            raise ValueError(error.message) from None
+            self._refuse(tool, arguments, error.message)
         finally:
             elapsed = time.perf_counter() - started
             episode.env_seconds += elapsed
@@ -202,17 +220,29 @@ class ServedEnvironment:
             self.tally.tool_calls += 1
         if result.reward is not None:
             episode.reward += float(result.reward)
-        self._add_components(result.observation)
+        self._observed(result.observation, result.metrics)
         episode.texts.append(result.text)
         if result.done:
             self._finish()
+        episode.turns.append(Turn(tool, arguments, result.text, episode.reward - reward_before, episode.done))
         return result.text
 
-    def _add_components(self, observation: Any) -> None:
-        """Keep the latest `reward_components` the environment reported (its standing in the game so far)."""
+    def _refuse(self, tool: str, arguments: dict[str, Any], error: str) -> NoReturn:
+        """Record a failed call and raise the ValueError TRL turns into `{'error': ...}` for the model."""
+        assert self.episode is not None
+        self.episode.refused(tool, arguments, error)
+        raise ValueError(error) from None
+
+    def _observed(self, observation: Any, metrics: dict[str, float] | None) -> None:
+        """Keep the latest observation, metrics and `reward_components` the environment reported (its standing in
+        the game so far)."""
+        assert self.episode is not None
+        if observation is not None:
+            self.episode.observation = observation
+        if metrics is not None:
+            self.episode.metrics = dict(metrics)
         reported = observation.get("reward_components") if isinstance(observation, dict) else None
         if isinstance(reported, dict):
-            assert self.episode is not None
             self.episode.components = {name: float(value) for name, value in reported.items()
                                        if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
@@ -291,7 +321,12 @@ def _tool_method(listed: dict[str, Any], env_name: str) -> Any:
     returns = (listed.get("return") or {}).get("description")
 
     def method(self: ServedEnvironment, *args: Any, **kwargs: Any) -> str:
-        bound = signature.bind(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as error:  # arguments the tool does not take: a failed call, as TRL counts it
+            if self.episode is not None:
+                self.episode.refused(name, kwargs or list(args), str(error))
+            raise
         arguments = {key: value for key, value in bound.arguments.items()
                      if key != "self" and value is not SERVER_DEFAULT}
         return self._call(name, arguments)
@@ -311,7 +346,7 @@ def _class_name(env_name: str) -> str:
 
 
 def bind(url: str, *, name: str | None = None, tally: Tally | None = None, reconnect_timeout: float = 0.0,
-         client_options: dict[str, Any] | None = None) -> type[ServedEnvironment]:
+         client_options: dict[str, Any] | None = None, check_schemas: bool = True) -> type[ServedEnvironment]:
     """The TRL environment class for the environment served at `url`.
 
     Reads `/metadata` and `/tools`, builds one method per tool, and checks that each method's
@@ -326,34 +361,45 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
         reconnect_timeout: seconds `reset` keeps retrying a server that cannot be reached (it may be
             restarting) before raising `EnvConnectionError`; 0 fails at once.
         client_options: keyword arguments for each episode's `EnvClient` (timeouts, headers).
+        check_schemas: check each method against the listing as TRL renders it (imports transformers); players
+            that never render schemas (scripted policies) may skip it.
     """
     probe = EnvClient(url, **(client_options or {})).sync()
     metadata = probe.metadata()
     listing = probe.tools()
     env_name = name or str(metadata.get("name") or "env")
+    return make_class(ServedEnvironment, env_name, url, listing, metadata=metadata, tally=tally,
+                      check_schemas=check_schemas,
+                      component_names=tuple(_reported_components(url, client_options or {})),
+                      reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}))
+
+
+def make_class(base: type[ServedEnvironment], env_name: str, url: str, listing: Sequence[dict[str, Any]], *,
+               tally: Tally | None = None, check_schemas: bool = True, **attributes: Any) -> type[ServedEnvironment]:
+    """A subclass of `base` with one method per listed tool (function-calling entries) and `attributes`; each
+    method is checked against its listing as TRL renders it unless `check_schemas` is False."""
     if not listing:
         raise BindingError(f"{env_name} at {url} lists no tools, so a model has nothing to call; "
                            "mark the environment's actions with @tool")
     namespace: dict[str, Any] = {
         "__doc__": f"{env_name} served at {url}: one method per tool, for TRL's environment_factory.",
-        "__module__": __name__,
+        "__module__": base.__module__,
         "env_name": env_name,
         "url": url,
-        "metadata": metadata,
-        "component_names": tuple(_reported_components(url, client_options or {})),
         "tally": tally if tally is not None else Tally(),
-        "reconnect_timeout": reconnect_timeout,
-        "_client_options": dict(client_options or {}),
+        "_client_options": {},
         "_instances": weakref.WeakSet(),
+        **attributes,
     }
     methods = {}
     for entry in listing:
         listed = entry.get("function", entry)
         methods[listed.get("name")] = (_tool_method(listed, env_name), listed)
     namespace.update({name: method for name, (method, _) in methods.items()})
-    cls = type(_class_name(env_name), (ServedEnvironment,), namespace)
-    for name, (_, listed) in methods.items():
-        check_tool_schema(getattr(cls, name), listed)
+    cls = type(_class_name(env_name), (base,), namespace)
+    if check_schemas:
+        for name, (_, listed) in methods.items():
+            check_tool_schema(getattr(cls, name), listed)
     return cls
 
 

@@ -7,6 +7,9 @@ TRL appends the text `reset` returns (the first observation) to the prompt's las
 - From the environments (`--num-episodes N`): N rows, spread evenly over the environments, each
   with its own `seed`. The prompt is the `prompt` an environment's `/metadata` gives, else one made
   from its description.
+- From the environments' tasks (`--split NAME`, and always for Open Reward Standard servers): each
+  task's `reset` arguments as columns (for an ORS server, the task's `task_index`), every task once
+  or `--num-episodes` rows, interleaved across the environments.
 - From a file (`--dataset rows.jsonl` or `.csv`): one row per line. A `prompt` column (text or a
   list of chat messages) is optional; rows without one get the environment's prompt.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["task_prompt", "env_rows", "file_rows"]
+__all__ = ["task_prompt", "env_rows", "task_rows", "file_rows"]
 
 
 def task_prompt(name: str, metadata: Mapping[str, Any]) -> str:
@@ -42,6 +45,33 @@ def env_rows(prompts: Mapping[str, str], num_episodes: int, seed: int) -> list[d
         name = names[index % len(names)]
         row: dict[str, Any] = {"prompt": [{"role": "user", "content": prompts[name]}], "seed": seed + index}
         if len(names) > 1:
+            row["environment"] = name
+        rows.append(row)
+    return rows
+
+
+def task_rows(prompts: Mapping[str, str], tasks: Mapping[str, Sequence[dict[str, Any]]],
+              num_episodes: int | None) -> list[dict[str, Any]]:
+    """Rows from each environment's list of `reset` arguments, round-robin across the environments.
+
+    Every entry once (`num_episodes` None), or `num_episodes` rows, each environment cycling through its list.
+    """
+    names = [name for name in prompts if tasks.get(name)]
+    if not names:
+        raise ConfigurationError("the environments have no tasks in this split, so there is nothing to train on")
+    picked: list[tuple[str, dict[str, Any]]] = []
+    if num_episodes is None:
+        for index in range(max(len(tasks[name]) for name in names)):
+            picked.extend((name, tasks[name][index]) for name in names if index < len(tasks[name]))
+    else:
+        for index in range(num_episodes):
+            name = names[index % len(names)]
+            listed = tasks[name]
+            picked.append((name, listed[(index // len(names)) % len(listed)]))
+    rows = []
+    for name, arguments in picked:
+        row: dict[str, Any] = {**arguments, "prompt": [{"role": "user", "content": prompts[name]}]}
+        if len(prompts) > 1:
             row["environment"] = name
         rows.append(row)
     return rows

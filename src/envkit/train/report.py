@@ -54,6 +54,7 @@ class Summary:
     lost_reasons: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
+    evaluation: list[Any] = field(default_factory=list)
 
     def table(self) -> str:
         """The summary as aligned text lines."""
@@ -70,6 +71,10 @@ class Summary:
             lines.append(f"tool calls: {self.tool_calls}, refused by the environment: {refused}")
         lines.append(f"time: {self.steps} steps in {self.seconds:.1f}s ({self.seconds_per_step:.2f} s/step, "
                      f"{self.env_share:.0%} of it waiting for the environment)")
+        if self.evaluation:
+            from ..evaluate.table import render_table
+
+            lines.append(render_table(self.evaluation))
         for name, path in self.files.items():
             lines.append(f"{name}: {path}")
         if self.stopped:

@@ -64,9 +64,11 @@ def parse_reward(text: str) -> RewardChoice:
     return RewardChoice(kind, name, env or None, weight)
 
 
-def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type[ServedEnvironment]]
+def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type[ServedEnvironment]],
+                     observe: Callable[[dict[str, Any]], None] | None = None
                      ) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
-    """The reward functions and weights for TRL; the first function also logs `episodes/lost`."""
+    """The reward functions and weights for TRL; the first function also logs `episodes/lost` and hands each
+    batch's keyword arguments (prompts, completions, environments) to `observe`."""
     functions: list[Callable[..., list[float | None]]] = []
     weights: list[float] = []
     for choice in choices:
@@ -85,7 +87,7 @@ def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type
     if repeated:
         raise ConfigurationError(f"--reward: {', '.join(repeated)} chosen twice; name each reward once")
     if functions:
-        functions[0] = _counting_lost(functions[0])
+        functions[0] = _counting_lost(functions[0], observe)
     return functions, weights
 
 
@@ -157,12 +159,16 @@ def _user_function(spec: str) -> Callable[..., list[float | None]]:
     return wrapped
 
 
-def _counting_lost(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Log how many episodes of the batch were lost (TRL's `log_metric`), then score as `function` does."""
+def _counting_lost(function: Callable[..., Any], observe: Callable[[dict[str, Any]], None] | None
+                   ) -> Callable[..., Any]:
+    """Log how many episodes of the batch were lost (TRL's `log_metric`), show the batch to `observe`, then
+    score as `function` does."""
 
     def log(kwargs: dict[str, Any]) -> None:
         lost = sum(1 for item in kwargs["environments"] if item.episode is not None and item.episode.lost)
         kwargs["log_metric"]("episodes/lost", float(lost))
+        if observe is not None:
+            observe(kwargs)
 
     if inspect.iscoroutinefunction(function):
         async def counted_async(**kwargs: Any) -> Any:

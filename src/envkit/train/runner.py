@@ -20,14 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from ..client import EnvClient
+from ..ors_client import OrsServer, is_ors_server
 from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
 from .binding import ServedEnvironment, Tally, bind, tool_names
-from .data import env_rows, file_rows, task_prompt
+from .data import env_rows, file_rows, task_prompt, task_rows
 from .embedded import serve_envs
+from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
-from .settings import TrainSettings
+from .settings import SEED_EPISODES, TrainSettings
 
-__all__ = ["run", "Run", "TrainingStopped"]
+__all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -42,7 +44,10 @@ class TrainingStopped(EnvkitError):
 
 @dataclass
 class Run:
-    """A prepared run: the bound environments, rows, rewards and trainer, ready to `train()`."""
+    """A prepared run: the bound environments, rows, rewards and trainer, ready to `train()`.
+
+    `sampler` writes the transcripts of training episodes; `evaluation` plays `--eval-games` before and after.
+    """
 
     settings: TrainSettings
     classes: dict[str, type[ServedEnvironment]]
@@ -50,6 +55,8 @@ class Run:
     tally: Tally
     trainer: Any
     report: Any
+    sampler: Any
+    evaluation: _Evaluation | None
 
 
 def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_steps: bool = True) -> Any:
@@ -65,9 +72,9 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
 
 
 def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[str], None]) -> dict[str, str]:
-    sessions = settings.batch_size * settings.gradient_accumulation_steps
+    sessions = max(settings.batch_size * settings.gradient_accumulation_steps, settings.eval_games)
     if settings.env_url:
-        names = settings.env or [_server_name(url) for url in settings.env_url]
+        names = settings.env or [_server_name(url, _protocol(url, settings.protocol)) for url in settings.env_url]
         return dict(zip(names, settings.env_url, strict=True))
     urls = stack.enter_context(serve_envs(settings.env, sessions))
     for name, url in urls.items():
@@ -75,25 +82,92 @@ def _environment_urls(settings: TrainSettings, stack: ExitStack, say: Callable[[
     return urls
 
 
-def _server_name(url: str) -> str:
+def _protocol(url: str, chosen: str) -> str:
+    """`envkit` or `ors` for the server at `url`: as `chosen`, or found out (envkit's `/metadata`, else ORS's
+    `/list_environments`). An envkit server speaks both; its own protocol is preferred."""
+    if chosen != "auto":
+        return chosen
+    try:
+        EnvClient(url).sync().metadata()
+        return "envkit"
+    except EnvkitError:
+        if is_ors_server(url):
+            return "ors"
+        raise
+
+
+def _server_name(url: str, protocol: str) -> str:
+    if protocol == "ors":
+        return OrsServer(url).env_name
     return str(EnvClient(url).sync().metadata().get("name") or url)
+
+
+def _bind(settings: TrainSettings, name: str, url: str) -> type[ServedEnvironment]:
+    if _protocol(url, settings.protocol) == "ors":
+        try:
+            return bind_ors(url, name=name, split=settings.split, reconnect_timeout=settings.reconnect_timeout)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
+    return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout)
+
+
+def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]]) -> dict[str, list[dict[str, Any]]]:
+    """Each environment's list of reset arguments when the run trains on tasks (`--split`, or an ORS server);
+    empty when it does not (then rows carry seeds)."""
+    if settings.split is None and not any(issubclass(cls, OrsServedEnvironment) for cls in classes.values()):
+        return {}
+    tasks = {}
+    for name, cls in classes.items():
+        if issubclass(cls, OrsServedEnvironment):
+            tasks[name] = [{"task_index": index} for index in range(cls.server.num_tasks(cls.split))]
+        elif settings.split is not None:
+            tasks[name] = _envkit_tasks(name, cls.url, settings.split)
+        else:
+            tasks[name] = [{"seed": settings.seed + index} for index in range(settings.num_episodes or SEED_EPISODES)]
+    return tasks
+
+
+def _envkit_tasks(name: str, url: str, split: str) -> list[dict[str, Any]]:
+    """The tasks of `split` from an envkit server's task catalogue (its Open Reward Standard routes)."""
+    try:
+        server = OrsServer(url)
+        if split not in server.splits():
+            raise ConfigurationError(f"--split {split}: {name} has no such split; its splits: "
+                                     f"{', '.join(server.splits()) or 'none'}")
+        return server.tasks(split)
+    except (EnvkitError, KeyError) as error:
+        if isinstance(error, ConfigurationError):
+            raise
+        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); the picows "
+                                 "transport does not serve the task catalogue: serve with --transport uvicorn") from None
 
 
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
             show_steps: bool = True) -> Run:
     """Bind the environments at `urls` and build everything the trainer needs (settings must be resolved)."""
     _check_vllm(settings)
-    classes = {name: bind(url, name=name, reconnect_timeout=settings.reconnect_timeout) for name, url in urls.items()}
+    classes = {name: _bind(settings, name, url) for name, url in urls.items()}
     for name, cls in classes.items():
         tools = ", ".join(tool_names(cls))
-        say(f"bound {name}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
-                                              if cls.component_names else ""))
-    _check_capacity(urls, settings.batch_size * settings.gradient_accumulation_steps)
+        via = f" (Open Reward Standard, split {cls.split})" if issubclass(cls, OrsServedEnvironment) else ""
+        say(f"bound {name}{via}: tools {tools}" + (f"; reward components {', '.join(cls.component_names)}"
+                                                   if cls.component_names else ""))
+    _check_capacity({name: url for name, url in urls.items() if not issubclass(classes[name], OrsServedEnvironment)},
+                    settings.batch_size * settings.gradient_accumulation_steps)
+    evaluation = _Evaluation(settings, urls, say) if settings.eval_games else None
     prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
-    rows = (file_rows(settings.dataset, prompts) if settings.dataset
-            else env_rows(prompts, settings.num_episodes, settings.seed))
+    if settings.dataset:
+        rows = file_rows(settings.dataset, prompts)
+    else:
+        tasks = _tasks(settings, classes)
+        rows = (task_rows(prompts, tasks, settings.num_episodes) if tasks
+                else env_rows(prompts, settings.num_episodes or SEED_EPISODES, settings.seed))
     dataset = _table(rows)
-    functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes)
+    from .samples import EpisodeSampler
+
+    sampler = EpisodeSampler(Path(settings.output_dir) / "transcripts.jsonl", settings.model,
+                             settings.transcripts_per_step)
+    functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes, sampler.observe)
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -119,13 +193,18 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
                        show=show_steps)
     trainer.add_callback(report)
-    return Run(settings, classes, rows, tally, trainer, report)
+    if settings.transcripts_per_step:
+        trainer.add_callback(sampler)
+    return Run(settings, classes, rows, tally, trainer, report, sampler, evaluation)
 
 
 def train(prepared: Run) -> Any:
     """Run the prepared trainer; close every session; save the model; write the report."""
     settings, trainer = prepared.settings, prepared.trainer
     stopped = None
+    evaluation = prepared.evaluation
+    if evaluation is not None:
+        evaluation.run(trainer, "before training")
     try:
         with _quiet_unscorable_warning():
             trainer.train()
@@ -142,7 +221,15 @@ def train(prepared: Run) -> Any:
 
         transformers_logging.disable_progress_bar()
         trainer.save_model(str(output / "model"))
+        save_play_settings(output / "model", settings)
         summary.files = {"model": str(output / "model"), **summary.files}
+    if prepared.sampler.written:
+        summary.files["transcripts"] = str(prepared.sampler.path)
+    if evaluation is not None:
+        if stopped is None:
+            evaluation.run(trainer, "after training")
+        summary.evaluation = evaluation.rows
+        summary.files["eval transcripts"] = str(evaluation.write())
     if stopped is not None:
         raise TrainingStopped(stopped, summary)
     return summary
@@ -221,3 +308,99 @@ def _quiet_unscorable_warning() -> Iterator[None]:
         yield
     finally:
         trl_logger.removeFilter(keep)
+
+
+#: Saved beside a trained model: how it played in training, so `envkit eval` plays it the same way.
+PLAY_SETTINGS_FILE = "envkit_play.json"
+
+
+def save_play_settings(folder: Path, settings: TrainSettings) -> None:
+    """Write the episode budget and chat template arguments the model was trained with into its folder."""
+    import json
+
+    (folder / PLAY_SETTINGS_FILE).write_text(json.dumps({
+        "max_completion_length": settings.max_completion_length,
+        "max_tool_calling_iterations": settings.max_tool_calling_iterations,
+        "chat_template_kwargs": settings.chat_kwargs(),
+    }, indent=2) + "\n")
+
+
+def load_play_settings(model: str) -> dict[str, Any]:
+    """What `save_play_settings` wrote for a model folder; empty for anything else."""
+    import json
+
+    path = Path(model).expanduser() / PLAY_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class _Evaluation:
+    """`--eval-games N`: the first N test tasks of each environment, played greedily by the model being trained,
+    through `envkit eval`'s loop and table, on sessions of their own (not counted in the training tally)."""
+
+    def __init__(self, settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None]) -> None:
+        from ..evaluate.games import split_games
+        from .binding import bind
+
+        self.settings, self.say = settings, say
+        env_classes = _env_classes(settings.env or list(urls))
+        self.classes = {name: bind(url, name=name) for name, url in urls.items()}
+        self.metrics: dict[str, Any] = {}
+        self.games: list[Any] = []
+        for name, cls in self.classes.items():
+            if name not in env_classes:
+                raise ConfigurationError(f"--eval-games reads the test tasks from the environment's class, but "
+                                         f"{name!r} names no bundled env, env folder or module:Class here; name it "
+                                         "with --env beside --env-url")
+            self.metrics[name] = tuple(env_classes[name].METRICS)
+            prompt = task_prompt(name, cls.metadata)
+            self.games.extend(split_games(name, env_classes[name], "test", settings.eval_games, prompt))
+        _check_capacity(urls, settings.eval_games)
+        self.rows: list[Any] = []
+        self.transcripts: list[Any] = []
+
+    def run(self, trainer: Any, when: str) -> None:
+        """Play the games with the trainer's model as it is now; keep the rows and transcripts."""
+        from ..evaluate.model_player import ModelPlayer
+        from ..evaluate.runner import play_and_score
+
+        settings = self.settings
+        label = f"{settings.model} ({when})"
+        self.say(f"evaluating {label}: {len(self.games)} test games")
+        model = trainer.model
+        training = model.training
+        model.eval()
+        player = ModelPlayer(label, model, trainer.processing_class,
+                             max_completion_length=settings.max_completion_length,
+                             chat_template_kwargs=settings.chat_kwargs())
+        try:
+            rows, transcripts = play_and_score(player, self.games, self.classes, self.metrics,
+                                               max_tool_calling_iterations=settings.max_tool_calling_iterations)
+        finally:
+            model.train(training)
+        self.rows.extend(rows)
+        self.transcripts.extend(transcripts)
+
+    def write(self) -> Path:
+        from ..transcripts import write_transcripts
+
+        return write_transcripts(Path(self.settings.output_dir) / "eval_transcripts.jsonl", self.transcripts)
+
+
+def _env_classes(targets: list[str]) -> dict[str, Any]:
+    """Environment classes by name (and by target as given) for the targets that resolve here."""
+    from ..serving import resolve_target
+
+    found: dict[str, Any] = {}
+    for target in targets:
+        try:
+            resolved = resolve_target(target)
+        except ConfigurationError:
+            continue
+        found[resolved.name] = found[target] = resolved.env_class
+    return found

@@ -25,11 +25,30 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["TrainSettings", "load_config", "settings_from", "TINY"]
+#: Rows drawn from seeds when neither a dataset, a split nor --num-episodes says how many.
+SEED_EPISODES = 64
+
+__all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY"]
 
 TINY = "tiny"
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
+PROTOCOLS = ("auto", "envkit", "ors")
+
+
+def model_defaults(tiny: bool) -> dict[str, Any]:
+    """The defaults that depend on the model: laptop-sized for `tiny`, TRL's for a real model.
+
+    `envkit eval` plays with the same episode budget (`max_completion_length`, `max_tool_calling_iterations`).
+    """
+    return {
+        "max_steps": 30 if tiny else 200,
+        "learning_rate": 2e-3 if tiny else 1e-6,
+        "num_generations": 8,
+        "batch_size": 16 if tiny else 8,
+        "max_completion_length": 128 if tiny else 1024,
+        "max_tool_calling_iterations": 3 if tiny else 10,
+    }
 
 
 @dataclass
@@ -58,7 +77,11 @@ class TrainSettings:
     vllm_server_url: str | None = None
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
-    num_episodes: int = 64
+    num_episodes: int | None = None   # None: every task of the split once, or SEED_EPISODES seeded rows
+    split: str | None = None
+    protocol: str = "auto"
+    eval_games: int = 0
+    transcripts_per_step: int = 4
     seed: int = 0
     report_to: str = "none"
     reconnect_timeout: float = 30.0
@@ -71,15 +94,7 @@ class TrainSettings:
 
     def resolved(self) -> TrainSettings:
         """A copy with model-dependent defaults filled in and every value checked."""
-        tiny = self.tiny
-        defaults = {
-            "max_steps": 30 if tiny else 200,
-            "learning_rate": 2e-3 if tiny else 1e-6,
-            "num_generations": 8,
-            "batch_size": 16 if tiny else 8,
-            "max_completion_length": 128 if tiny else 1024,
-            "max_tool_calling_iterations": 3 if tiny else 10,
-        }
+        defaults = model_defaults(self.tiny)
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
         done = dataclasses.replace(self, **values)
@@ -109,6 +124,11 @@ class TrainSettings:
             raise ConfigurationError(f"--vllm-mode must be one of {', '.join(VLLM_MODES)}, got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigurationError("--vllm-gpu-memory-utilization must be in (0, 1], e.g. 0.3")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigurationError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.protocol == "ors" and not self.env_url:
+            raise ConfigurationError("--protocol ors needs --env-url: the environments served here speak envkit's "
+                                     "protocol (and ORS too)")
         if self.report_to not in REPORT_TO:
             raise ConfigurationError(f"--report-to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
         if self.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
@@ -119,6 +139,10 @@ class TrainSettings:
             raise ConfigurationError(
                 f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one name per server "
                 "(in the same order), or leave out --env to use the names the servers report")
+        if self.eval_games < 0:
+            raise ConfigurationError("--eval-games must be 0 (no evaluation) or a number of test games")
+        if self.transcripts_per_step < 0:
+            raise ConfigurationError("--transcripts-per-step must be 0 (none) or more")
         if self.reconnect_timeout < 0:
             raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
 
@@ -182,7 +206,8 @@ def _flag(name: str) -> str:
 
 _LIST_FIELDS = {"env", "env_url", "reward"}
 _INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
-               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed"}
+               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed", "eval_games",
+               "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
 
 

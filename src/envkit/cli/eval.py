@@ -1,0 +1,114 @@
+"""`envkit eval`: the results table of models and scripted policies on an environment's test tasks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from ..errors import ConfigurationError, EnvkitError
+from .train import _json_mapping
+
+
+@click.command("eval")
+@click.option("--env", "env", multiple=True, metavar="NAME",
+              help="Environment: a bundled env (echo, wordle, catch), an env folder or module:Class. Its tasks and "
+                   "metrics are read here; without --env-url it is also served here. Repeatable.")
+@click.option("--env-url", "env_url", multiple=True, metavar="URL",
+              help="Play against a running server instead (pairs with --env names in order). Repeatable. One "
+                   "environment on several servers: separate their URLs with commas or give a registry "
+                   "(http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
+@click.option("--model", "models", multiple=True, metavar="MODEL",
+              help="A local folder, a Hub id, or 'tiny' (the model `envkit train` starts from); with --openai-url, "
+                   "the name the chat server serves. Repeat for one row each.")
+@click.option("--openai-url", default=None, metavar="URL",
+              help="An OpenAI-compatible chat server's /v1 root (vllm serve, transformers serve, a hosted API); "
+                   "key from OPENAI_API_KEY.")
+@click.option("--policy", "policies", multiple=True, metavar="NAME",
+              help="A scripted player as a baseline: solver or random (the env package's policies; random exists "
+                   "for every env). Repeatable.")
+@click.option("--games", type=int, default=None,
+              help="Games per environment: the first N tasks of the split (or rows of --dataset). [default: 30, or "
+                   "all when the split has fewer]")
+@click.option("--split", default="test", show_default=True, help="The environment's task split to play.")
+@click.option("--dataset", default=None, type=click.Path(dir_okay=False),
+              help="JSONL or CSV rows instead of a split; their columns reach reset (as in envkit train).")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 decodes greedily.")
+@click.option("--max-completion-length", type=int, default=None,
+              help="Token budget of a whole episode, tool results included. [default: as envkit train: 128 for "
+                   "tiny, else 1024]")
+@click.option("--max-tool-calling-iterations", type=int, default=None,
+              help="Rounds of tool calls per episode. [default: as envkit train: 3 for tiny, else 10; policies "
+                   "play to the end]")
+@click.option("--enable-thinking/--disable-thinking", default=None,
+              help="Chat template's enable_thinking. [default: the template's; off for tiny]")
+@click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
+              help="Extra chat template arguments, as a JSON object.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the tiny model's build and random policies.")
+@click.option("--transcripts", "transcripts_path", default=None, type=click.Path(dir_okay=False),
+              help="Write every game as one JSON line here (messages, tool calls, results, rewards, metrics).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress notes on stderr.")
+def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, ...], policies: tuple[str, ...],
+            games: int | None, transcripts_path: str | None, as_json: bool, quiet: bool,
+            chat_template_kwargs: dict[str, Any] | None, **options: Any) -> None:
+    """Play models or scripted policies on an environment's test tasks, all games at once, and print the table.
+
+    A local model plays through the same tool-calling loop, chat template and tool schemas as in
+    `envkit train`, greedily by default. Every row has episodes, success rate with a 95% (Wilson)
+    interval, mean reward, mean steps, failed tool calls and sessions lost, then the environment's
+    own metrics (Wordle: wins, guesses per win, invalid guesses).
+
+    \b
+    Examples:
+      envkit eval --env wordle --policy solver --policy random
+      envkit eval --env wordle --model tiny --model envkit-train/model --transcripts games.jsonl
+      envkit eval --env wordle --openai-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-1.7B
+      envkit eval --env catch --env-url http://127.0.0.1:8001 --policy solver --json
+    """
+    from ..evaluate import EvalSettings, evaluate, render_table
+    from ..train.schema import BindingError
+    from ..transcripts import write_transcripts
+
+    settings = EvalSettings(env=list(env), env_url=list(env_url), models=list(models), policies=list(policies),
+                            games=games, chat_template_kwargs=chat_template_kwargs or {}, **options)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
+    try:
+        if games is None:
+            settings.games = _default_games(settings)
+        result = evaluate(settings, say=say)
+    except BindingError as error:  # the served environment's tools cannot be bound: not a usage error
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from None
+    except EnvkitError as error:  # a server unreachable or full, a session lost, a chat server refusing
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
+    if transcripts_path:
+        path = write_transcripts(transcripts_path, result.transcripts)
+        say(f"transcripts: {len(result.transcripts)} games in {path}")
+    if as_json:
+        click.echo(json.dumps({"rows": [row.to_json() for row in result.rows], "seconds": round(result.seconds, 2),
+                               "transcripts": transcripts_path}, indent=2))
+    else:
+        click.echo(render_table(result.rows))
+
+
+def _default_games(settings: Any) -> int | None:
+    """30 games (the TRL guide's count), or every task when a split has fewer; a dataset is played whole."""
+    if settings.dataset:
+        return None
+    from ..serving import resolve_target
+
+    sizes = []
+    for target in settings.env:
+        env_class = resolve_target(target).env_class
+        if settings.split in env_class.splits():
+            sizes.append(len(env_class.tasks(settings.split)))
+    return min([30, *sizes])

@@ -1,0 +1,260 @@
+"""One evaluation: pick the games, serve or reach the environments, play every player, tabulate, keep transcripts.
+
+    from envkit.evaluate import EvalSettings, evaluate
+    result = evaluate(EvalSettings(env=["wordle"], policies=["solver"], games=30))
+    print(render_table(result.rows))
+
+Everything that can be checked cheaply (flags, environments, splits, game counts, model folders)
+is checked before a server starts or a model loads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import EnvClient
+from ..environment import Environment
+from ..errors import ConfigurationError
+from ..episode_metrics import Metric, metrics_from_metadata
+from ..serving import resolve_target
+from ..train.binding import ServedEnvironment, bind
+from ..train.data import task_prompt
+from ..train.settings import TINY, TrainSettings, model_defaults
+from ..transcripts import Transcript, chat_message
+from .games import dataset_games, split_games
+from .loop import Conversation, Game, Player, play
+from .table import Row, row_for
+
+__all__ = ["EvalSettings", "Evaluation", "evaluate", "play_and_score", "transcript_of", "POLICY_ITERATIONS"]
+
+#: Tool-calling rounds a scripted policy may take: enough to finish any bundled game (they stop when it ends).
+POLICY_ITERATIONS = 100
+
+
+@dataclass
+class EvalSettings:
+    """What `envkit eval` was asked to do (flags by the same names)."""
+
+    env: list[str] = field(default_factory=list)
+    env_url: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)
+    openai_url: str | None = None
+    games: int | None = 30
+    split: str = "test"
+    dataset: str | None = None
+    temperature: float = 0.0
+    max_completion_length: int | None = None
+    max_tool_calling_iterations: int | None = None
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise `ConfigurationError` for flags that cannot work together."""
+        if self.openai_url and not self.models:
+            raise ConfigurationError("--openai-url needs --model NAME: the model name the chat server serves")
+        if not self.models and not self.policies:
+            raise ConfigurationError("say who plays: --model PATH|HUB_ID|tiny, --openai-url URL --model NAME, "
+                                     "or --policy solver|random")
+        if not self.env and not self.env_url:
+            raise ConfigurationError("name an environment with --env (e.g. --env wordle) or a server with --env-url")
+        if self.env_url and self.env and len(self.env) != len(self.env_url):
+            raise ConfigurationError(f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one "
+                                     "name per server, in the same order")
+        if self.games is not None and self.games < 1:
+            raise ConfigurationError(f"--games must be a positive integer, got {self.games}")
+        for name in ("max_completion_length", "max_tool_calling_iterations"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        if self.temperature < 0:
+            raise ConfigurationError(f"--temperature must be 0 (greedy) or more, got {self.temperature}")
+
+    def budget(self, model: str) -> tuple[int, int]:
+        """(max_completion_length, max_tool_calling_iterations) for a model: as given; else as the model was trained
+        (a folder `envkit train` saved); else `envkit train`'s defaults for it."""
+        defaults = {**model_defaults(model == TINY and not self.openai_url), **self._trained(model)}
+        return (self.max_completion_length or int(defaults["max_completion_length"]),
+                self.max_tool_calling_iterations or int(defaults["max_tool_calling_iterations"]))
+
+    def chat_kwargs(self, model: str) -> dict[str, Any]:
+        """The chat template arguments, as `envkit train` passes them for this model (or passed them, for a folder
+        it saved), with the flags given here on top."""
+        trained = dict(self._trained(model).get("chat_template_kwargs") or {})
+        return TrainSettings(model=model, enable_thinking=self.enable_thinking,
+                             chat_template_kwargs={**trained, **self.chat_template_kwargs}).chat_kwargs()
+
+    def _trained(self, model: str) -> dict[str, Any]:
+        """The play settings saved with a model folder (also when a chat server serves it by that path)."""
+        from ..train.runner import load_play_settings
+
+        return load_play_settings(model)
+
+
+@dataclass
+class Evaluation:
+    """The rows of the table and a transcript per game played."""
+
+    rows: list[Row]
+    transcripts: list[Transcript]
+    seconds: float = 0.0
+
+
+@dataclass
+class _Env:
+    """An environment of the run: its name, its class when resolvable here, and how to reach or serve it."""
+
+    name: str
+    env_class: type[Environment] | None
+    target: str | None = None
+    url: str | None = None
+
+
+def transcript_of(label: str, conversation: Conversation, **extra: Any) -> Transcript:
+    """One played game in the transcript format."""
+    game, episode = conversation.game, conversation.episode
+    details: dict[str, Any] = {"session_id": episode.session_id, **extra}
+    if episode.lost:
+        details["lost_reason"] = episode.lost
+    return Transcript(model=label, env=game.env, task=dict(game.task),
+                      messages=[chat_message(message) for message in conversation.messages],
+                      turns=list(episode.turns), reward=episode.reward, done=episode.done,
+                      lost=episode.lost is not None, metrics=dict(episode.metrics), split=game.split,
+                      task_index=game.task_index, extra=details)
+
+
+def play_and_score(player: Player, games: Sequence[Game], classes: Mapping[str, type[ServedEnvironment]],
+                   metrics: Mapping[str, Sequence[Metric]], *, max_tool_calling_iterations: int
+                   ) -> tuple[list[Row], list[Transcript]]:
+    """Play `games` with `player` and return a row per environment and a transcript per game."""
+    conversations = play(player, games, dict(classes), max_tool_calling_iterations=max_tool_calling_iterations)
+    rows = []
+    for env in dict.fromkeys(game.env for game in games):
+        chosen = [conversation for conversation in conversations if conversation.game.env == env]
+        rows.append(row_for(player.label, env, chosen, metrics.get(env, ())))
+    return rows, [transcript_of(player.label, conversation) for conversation in conversations]
+
+
+def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Evaluation:
+    """Run the evaluation `settings` describe; `say` gets progress notes."""
+    started = time.perf_counter()
+    settings.check()
+    envs = _environments(settings)
+    counted = _games(settings, envs, {env.name: "" for env in envs})  # checks splits and counts before serving
+    for name in settings.policies:  # an unknown player is a usage error, before anything is served
+        from .policy_player import policy_names
+
+        for env in envs:
+            if env.env_class is not None and name not in policy_names(env.env_class):
+                raise ConfigurationError(f"--policy {name}: {env.name} has no such scripted player; its players: "
+                                         f"{', '.join(policy_names(env.env_class))}")
+    if not settings.openai_url:
+        from ..train.model_check import check_model
+
+        for model in settings.models:
+            check_model(model)
+    with ExitStack() as stack:
+        if any(env.url is None for env in envs):
+            from ..train.embedded import serve_envs
+
+            sessions = max(sum(1 for game in counted if game.env == env.name) for env in envs)
+            served = stack.enter_context(serve_envs([str(env.target) for env in envs], sessions))
+            for env, url in zip(envs, served.values(), strict=True):
+                env.url = url
+                say(f"serving {env.name} on {url} (in this process)")
+        urls = {env.name: str(env.url) for env in envs}
+        local_model = bool(settings.models) and not settings.openai_url
+        classes = {name: bind(url, name=name, check_schemas=local_model) for name, url in urls.items()}
+        prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
+        games = _games(settings, envs, prompts)
+        _check_capacity(urls, games)
+        metrics = {env.name: tuple(env.env_class.METRICS) if env.env_class is not None
+                   else metrics_from_metadata(classes[env.name].metadata) for env in envs}
+        listings = {name: EnvClient(url).sync().tools() for name, url in urls.items()}
+        rows: list[Row] = []
+        transcripts: list[Transcript] = []
+        for player, iterations in _players(settings, envs, classes, listings, prompts, say):
+            say(f"playing {len(games)} games with {player.label}")
+            try:
+                played_rows, played = play_and_score(player, games, classes, metrics,
+                                                     max_tool_calling_iterations=iterations)
+            finally:
+                closer = getattr(player, "close", None)
+                if closer is not None:
+                    closer()
+            rows.extend(played_rows)
+            transcripts.extend(played)
+    return Evaluation(rows, transcripts, time.perf_counter() - started)
+
+
+def _environments(settings: EvalSettings) -> list[_Env]:
+    """The environments by name: classes resolved here from --env; servers from --env-url (paired in order)."""
+    if not settings.env:
+        return [_Env(_server_name(url), None, url=url) for url in settings.env_url]
+    found = []
+    for index, target in enumerate(settings.env):
+        resolved = resolve_target(target)
+        url = settings.env_url[index] if settings.env_url else None
+        found.append(_Env(resolved.name, resolved.env_class, target, url))
+    names = [env.name for env in found]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigurationError(f"--env {', '.join(repeated)} given twice; name each environment once")
+    return found
+
+
+def _server_name(url: str) -> str:
+    return str(EnvClient(url).sync().metadata().get("name") or url)
+
+
+def _games(settings: EvalSettings, envs: list[_Env], prompts: Mapping[str, str]) -> list[Game]:
+    if settings.dataset:
+        return dataset_games(settings.dataset, prompts, settings.games)
+    games: list[Game] = []
+    for env in envs:
+        games.extend(split_games(env.name, env.env_class, settings.split, settings.games, prompts[env.name]))
+    return games
+
+
+def _check_capacity(urls: Mapping[str, str], games: Sequence[Game]) -> None:
+    from ..errors import EnvConnectionError
+
+    for name, url in urls.items():
+        wanted = sum(1 for game in games if game.env == name)
+        health = EnvClient(url).sync().health()
+        free = int(health.get("max_sessions", wanted)) - int(health.get("active_sessions", 0))
+        if free < wanted:
+            raise EnvConnectionError(url, f"{name} has room for {free} more sessions but every game plays at once "
+                                     f"({wanted} games); start the server with --max-concurrent-envs {wanted} or "
+                                     "more, or lower --games")
+
+
+def _players(settings: EvalSettings, envs: list[_Env], classes: Mapping[str, type[ServedEnvironment]],
+             listings: Mapping[str, Any], prompts: Mapping[str, str], say: Callable[[str], None]) -> Any:
+    """Each player in turn (a model is loaded only when its turn comes), with its tool-calling round limit."""
+    from .policy_player import PolicyPlayer
+
+    for name in settings.policies:
+        yield (PolicyPlayer(name, {env.name: env.env_class for env in envs}, listings, settings.seed),
+               settings.max_tool_calling_iterations or POLICY_ITERATIONS)
+    for model in settings.models:
+        length, iterations = settings.budget(model)
+        if settings.openai_url:
+            from .openai_player import OpenAIPlayer
+
+            yield (OpenAIPlayer(settings.openai_url, model, listings, max_tokens=length,
+                                temperature=settings.temperature, chat_template_kwargs=settings.chat_kwargs(model)),
+                   iterations)
+            continue
+        from .model_player import ModelPlayer
+        from .models import load_model
+
+        loaded, tokenizer = load_model(model, classes, prompts, settings.seed, say)
+        yield (ModelPlayer(model, loaded, tokenizer, max_completion_length=length,
+                           chat_template_kwargs=settings.chat_kwargs(model), temperature=settings.temperature),
+               iterations)
