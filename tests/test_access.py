@@ -275,3 +275,29 @@ def test_serve_refuses_an_unset_key_variable_and_picows_per_client_limits() -> N
     assert done.returncode == 2 and "ENVKIT_NO_SUCH_VARIABLE is not set or empty" in done.stderr
     done = envkit("serve", "echo", "--transport", "picows", "--max-sessions-per-client", "2")
     assert done.returncode == 2 and "--max-sessions-per-client needs the uvicorn transport" in done.stderr
+
+
+def test_the_per_client_share_counts_sessions_of_every_surface() -> None:
+    """An Open Reward Standard session and a /ws session of one client draw on the same share (uvicorn serves both)."""
+    app = echo_app(max_sessions_per_client=1, forwarded_allow_ips=["127.0.0.1"])
+    carol = {"X-Forwarded-For": "192.0.2.44"}
+    with running_server(app) as url, httpx.Client(base_url=url, headers=carol) as http:
+        sid = "a" * 32
+        assert http.post("/create", headers={"X-Session-ID": sid}, json={"task_spec": {}}).status_code == 200
+        second = http.post("/create", headers={"X-Session-ID": "b" * 32}, json={"task_spec": {}})
+        assert second.status_code == 429 and "per-client limit reached: 192.0.2.44" in second.text
+        with pytest.raises(CapacityError, match="per-client limit reached"):
+            EnvClient(url, headers=carol).sync().reset()
+        assert http.post("/delete_session", headers={"X-Session-ID": sid}).status_code == 200
+        with EnvClient(url, headers=carol).sync() as env:
+            assert env.reset().observation is not None
+
+
+def test_refusals_are_counted_by_reason_in_metrics(keyed_url: str) -> None:
+    httpx.get(keyed_url + "/tools")
+    httpx.get(keyed_url + "/tools", headers={"X-API-Key": "wrong"})
+    asyncio.run(handshake(keyed_url, {"Origin": "https://evil.example", "X-API-Key": KEY}))
+    text = httpx.get(keyed_url + "/metrics", headers={"X-API-Key": KEY}).text
+    for reason in ("missing_api_key", "wrong_api_key", "origin_not_allowed"):
+        assert f'envkit_refusals_total{{reason="{reason}"}} 1' in text, text
+    assert KEY not in text
