@@ -263,6 +263,15 @@ def test_cli_clients_report_a_refused_key_in_one_line(keyed_server: ServedProces
     assert KEY not in "".join(keyed_server.output)   # debug logs included: the key is never logged
 
 
+def test_eval_reports_a_refused_key_in_one_line(keyed_server: ServedProcess) -> None:
+    command = ("eval", "--env", "echo", "--env-url", keyed_server.url, "--policy", "random", "--games", "2")
+    done = envkit(*command, env={"ENVKIT_API_KEY": ""})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "needs an API key and none was sent" in done.stderr.strip().splitlines()[-1]
+    done = envkit(*command, "--api-key-env", "ECHO_KEY", env={"ECHO_KEY": KEY})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_train_reports_a_refused_key_in_one_line(keyed_server: ServedProcess) -> None:
     done = envkit("train", "--env", "echo", "--env-url", keyed_server.url, "--max-steps", "1", "-q",
                   env={"ENVKIT_API_KEY": ""}, timeout=300)
