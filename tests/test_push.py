@@ -32,6 +32,7 @@ from envkit.testing import running_server
 
 TOKEN = "hf_standin_secret_0123456789"
 ECHO_FILES = ["Dockerfile", "README.md", "echo_env/__init__.py", "echo_env/environment.py", "echo_env/models.py",
+              "echo_env/policies.py",
               "echo_env/server.py", "pyproject.toml"]
 
 

@@ -108,11 +108,11 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         raise click.UsageError(str(error)) from None
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if scale_out.requested:
-        return scale_out.serve(target, resolved, settings, host, port, log_level)
     if not app.access.requires_key and not is_loopback_host(host):
         click.echo(f"envkit: warning: serving on {host} without an API key: anyone who can reach this address can "
                    "open sessions; set one with ENVKIT_API_KEY or --api-key-env NAME", err=True)
+    if scale_out.requested:
+        return scale_out.serve(target, resolved, settings, host, port, log_level)
 
     def announce(bound_port: int) -> None:
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
