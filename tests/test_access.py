@@ -143,6 +143,7 @@ def test_metadata_lists_the_protections(transport: str) -> None:
     assert access["allowed_origins"] == ["same origin", "https://app.example.com"]
     assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"] and access["open_paths"] == ["/health"]
     assert KEY not in json.dumps(access) and "second-key" not in json.dumps(access)
+    assert ("not_supported" in access) == (transport == "picows")
 
 
 # -- Origin --------------------------------------------------------------------------------------

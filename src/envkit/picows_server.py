@@ -77,6 +77,11 @@ CLOSE_TIMEOUT_S = 2.0
 #: until they are answered (as uvicorn reads a connection's next frame only once the last one was taken).
 MAX_WAITING_FRAMES = 16
 _JSON = {"Content-Type": "application/json"}
+#: What the access layer cannot do on this transport, as `/metadata` says it.
+PICOWS_ACCESS_NOT_SUPPORTED = [
+    "max_sessions_per_client: picows's handshake callback does not see the client's address (serve with uvicorn)",
+    "CORS preflights: picows answers every method but GET with 400, so cross-origin pages cannot send a key header",
+]
 
 #: What picows logs about its clients: a kind of bad input to count, or None for routine chatter (DEBUG).
 PICOWS_LOG_RULES: dict[str, str | None] = {
@@ -498,7 +503,9 @@ class PicowsServer:
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
                       b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
                                                   "web": WEB_NOT_SERVED, "transport": "picows",
-                                                  "not_served": list(NOT_SERVED)}),
+                                                  "not_served": list(NOT_SERVED),
+                                                  "access": {**self.documents.metadata["access"],
+                                                             "not_supported": PICOWS_ACCESS_NOT_SUPPORTED}}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         # Keepalive is the session pool's sweep (see SessionPool), not picows's task per connection.
         # uvloop's own server rather than aiofastnet's: at the file-descriptor limit aiofastnet 0.x keeps retrying
