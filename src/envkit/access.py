@@ -112,6 +112,13 @@ def split_host(value: str) -> tuple[str, int | None]:
         return host, -1   # a port that is not a number matches no entry
 
 
+_UNBOUND = object()
+
+
+def _parse_hosts(hosts: tuple[str, ...] | None) -> tuple[tuple[str, int | None], ...] | None:
+    return None if hosts is None else tuple(split_host(entry) for entry in hosts)
+
+
 def normalise_origin(origin: str) -> str:
     """`scheme://host[:port]` in lower case, without the scheme's default port; 'null' stays 'null'."""
     origin = origin.strip().lower().rstrip("/")
@@ -179,6 +186,8 @@ class AccessPolicy:
         self._trust_any_peer, self._trusted = _networks(self._forwarded_specs)
         #: The address the server listens on, once a transport has said (`bind`); None: not known.
         self.bind_host: str | None = None
+        #: The parsed `Host` rule once it no longer depends on the connection (explicit names, or after `bind`).
+        self._bound_rules: object = (_parse_hosts(self.hosts()) if self.explicit_hosts is not None else _UNBOUND)
 
     @property
     def requires_key(self) -> bool:
@@ -187,6 +196,7 @@ class AccessPolicy:
     def bind(self, host: str) -> None:
         """Tell the policy where the server listens: the default `Host` rule follows from it."""
         self.bind_host = host
+        self._bound_rules = _parse_hosts(self.hosts())
 
     def hosts(self, local_host: str | None = None) -> tuple[str, ...] | None:
         """The `Host` names allowed (None: any). `local_host`: the address a connection arrived on, used when no
@@ -195,6 +205,11 @@ class AccessPolicy:
             return None if "*" in self.explicit_hosts else self.explicit_hosts
         where = self.bind_host if self.bind_host is not None else local_host
         return LOOPBACK_NAMES if where is not None and is_loopback_host(where) else None
+
+    def _host_rules(self, local_host: str | None) -> tuple[tuple[str, int | None], ...] | None:
+        if self._bound_rules is not _UNBOUND:
+            return self._bound_rules   # type: ignore[return-value]
+        return _parse_hosts(self.hosts(local_host))
 
     # -- the check ----------------------------------------------------------------------------
 
@@ -209,20 +224,20 @@ class AccessPolicy:
         return refusal
 
     def _check_host(self, host_header: str, local_host: str | None) -> AccessRefusal | None:
-        allowed = self.hosts(local_host)
-        if allowed is None:
+        rules = self._host_rules(local_host)
+        if rules is None:
             return None
         host, port = split_host(host_header)
-        for entry in allowed:
-            name, entry_port = split_host(entry)
+        for name, entry_port in rules:
             if entry_port is not None and entry_port != port:
                 continue
             if name == host or (name.startswith("*.") and host.endswith(name[1:])) or (
                     name.startswith(".") and (host.endswith(name) or host == name[1:])):
                 return None
         told = f"Host {host_header!r}" if host_header else "no Host header"
+        allowed = ", ".join(self.hosts(local_host) or ())
         return AccessRefusal(403, "host_not_allowed",
-                             f"{told}: this server answers only to {', '.join(allowed)}; if you reach it by another "
+                             f"{told}: this server answers only to {allowed}; if you reach it by another "
                              "name, start it with --allowed-hosts NAME (create_app(allowed_hosts=[...]))")
 
     def _check_origin(self, origin: str | None, host_header: str) -> AccessRefusal | None:
