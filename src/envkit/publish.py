@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .access import API_KEY_ENV
 from .errors import ConfigurationError, EnvkitError
 from .serving import read_manifest
 
@@ -173,11 +174,14 @@ class HubSpace:
         return f"{self.api.endpoint.rstrip('/')}/spaces/{self.repo_id}"
 
 
-def create_space(name: str, repo_id: str | None, *, private: bool = False, token: str | None = None) -> HubSpace:
+def create_space(name: str, repo_id: str | None, *, private: bool = False, token: str | None = None,
+                 api_key: str | None = None) -> HubSpace:
     """Create the Space (docker SDK) if missing; the first call that needs the network and the token.
 
     `repo_id` None means `<user>/<name>` for the token's user. The token defaults to huggingface_hub's
-    own lookup (HF_TOKEN, then the login cache). Raises `PublishError` when the Hub cannot be reached
+    own lookup (HF_TOKEN, then the login cache). `api_key`: set as the Space secret `ENVKIT_API_KEY`
+    (before any upload, so the Space never runs without it), which makes `envkit serve` in the Space
+    require it; the key is sent to the Hub alone. Raises `PublishError` when the Hub cannot be reached
     or refuses.
     """
     from huggingface_hub import HfApi
@@ -188,15 +192,19 @@ def create_space(name: str, repo_id: str | None, *, private: bool = False, token
             repo_id = f"{api.whoami()['name']}/{name}"
         doing[0] = f"creating or uploading to {repo_id}"
         api.create_repo(repo_id, repo_type="space", space_sdk="docker", private=private, exist_ok=True)
+        if api_key:
+            doing[0] = f"setting the secret {API_KEY_ENV} of {repo_id}"
+            api.add_space_secret(repo_id, API_KEY_ENV, api_key,
+                                 description="API key envkit serve requires (X-API-Key or Authorization: Bearer)")
     return HubSpace(api, repo_id)
 
 
 def upload_space(staged: StagedSpace, space: HubSpace | str | None, *, private: bool = False,
-                 token: str | None = None) -> str:
-    """Upload the staged folder to `space` (from `create_space`, or a repo id / None, created first); returns
-    the Space's URL."""
+                 token: str | None = None, api_key: str | None = None) -> str:
+    """Upload the staged folder to `space` (from `create_space`, or a repo id / None, created first with
+    `private`, `token` and `api_key`); returns the Space's URL."""
     if not isinstance(space, HubSpace):
-        space = create_space(staged.name, space, private=private, token=token)
+        space = create_space(staged.name, space, private=private, token=token, api_key=api_key)
     with _hub_errors(space.api, f"creating or uploading to {space.repo_id}"):
         space.api.upload_folder(repo_id=space.repo_id, repo_type="space", folder_path=str(staged.folder),
                                 ignore_patterns=[STAGED_MARKER], commit_message=f"envkit push: {staged.name}")
