@@ -82,6 +82,16 @@ def test_without_a_key_every_route_but_health_answers_401_with_the_reason(keyed_
         assert answer.headers["www-authenticate"].startswith("Bearer")
 
 
+def test_the_web_page_files_load_without_a_key_and_its_data_needs_one(keyed_url: str, transport: str) -> None:
+    """A person must be able to open the page to type the key in; what the page then reads is guarded."""
+    if transport == "uvicorn":
+        assert httpx.get(keyed_url + "/web").status_code == 200
+        assert httpx.get(keyed_url + "/web/static/main.js").status_code == 200
+    for path in ("/web/reset-arguments", "/web/static/../../metadata", "/metadata"):
+        assert httpx.get(keyed_url + path).status_code == 401, path
+    assert httpx.get(keyed_url + "/web/reset-arguments", cookies={"envkit_api_key": KEY}).status_code in (200, 404)
+
+
 def test_a_wrong_key_is_refused_and_never_echoed(keyed_url: str) -> None:
     answer = httpx.get(keyed_url + "/metadata", headers={"X-API-Key": "not-the-key"})
     assert answer.status_code == 401 and answer.json()["reason"] == "wrong_api_key"
@@ -141,7 +151,7 @@ def test_metadata_lists_the_protections(transport: str) -> None:
     with running_server(app, transport=transport) as url:
         access = httpx.get(url + "/metadata", headers={"X-API-Key": "second-key"}).json()["access"]
     assert access["allowed_origins"] == ["same origin", "https://app.example.com"]
-    assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"] and access["open_paths"] == ["/health"]
+    assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"] and access["open_paths"] == ["/", "/health", "/web", "/web/", "/web/static/*"]
     assert KEY not in json.dumps(access) and "second-key" not in json.dumps(access)
     assert ("not_supported" in access) == (transport == "picows")
 

@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .errors import ConfigurationError
 
@@ -41,8 +41,10 @@ API_KEY_HEADER = "x-api-key"
 API_KEY_ENV = "ENVKIT_API_KEY"
 #: The cookie a browser sends by itself with same-origin page loads, fetches and WebSocket handshakes.
 API_KEY_COOKIE = "envkit_api_key"
-#: Paths served without a key (liveness probes: Docker HEALTHCHECK, load balancers).
-OPEN_PATHS = frozenset({"/health"})
+#: Paths served without a key: liveness probes (Docker HEALTHCHECK, load balancers), and the web page's own
+#: files, which hold no environment data and must load for a person to type the key in.
+OPEN_PATHS = frozenset({"/health", "/", "/web", "/web/"})
+OPEN_PREFIXES = ("/web/static/",)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 #: How a client may send the key, as told in every 401.
 ACCEPTED_KEY_FORMS = ("X-API-Key: <key>", "Authorization: Bearer <key>",
@@ -219,7 +221,7 @@ class AccessPolicy:
         refusal = self._check_host(host_header, local_host)
         if refusal is None:
             refusal = self._check_origin(headers.get("origin"), host_header)
-        if refusal is None and self._keys and path not in OPEN_PATHS:
+        if refusal is None and self._keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
             refusal = self._check_key(headers)
         return refusal
 
@@ -287,8 +289,8 @@ class AccessPolicy:
             return credentials.strip().encode("utf-8", "surrogateescape")
         for cookie in (headers.get("cookie") or "").split(";"):
             name, _, value = cookie.strip().partition("=")
-            if name == API_KEY_COOKIE and value:
-                return value.strip().encode("utf-8", "surrogateescape")
+            if name == API_KEY_COOKIE and value:   # set by the web page, percent-encoded
+                return unquote(value.strip()).encode("utf-8", "surrogateescape")
         return None
 
     @staticmethod
@@ -366,7 +368,7 @@ class AccessPolicy:
         return {
             "api_key_required": self.requires_key,
             "api_key_accepted_as": list(ACCEPTED_KEY_FORMS) if self.requires_key else [],
-            "open_paths": sorted(OPEN_PATHS),
+            "open_paths": sorted(OPEN_PATHS) + [prefix + "*" for prefix in OPEN_PREFIXES],
             "allowed_origins": ["same origin", *sorted(self.allowed_origins)],
             "allowed_hosts": host_rule,
             "forwarded_allow_ips": list(self._forwarded_specs),
