@@ -187,7 +187,8 @@ def test_metadata_lists_the_protections(transport: str) -> None:
     with running_server(app, transport=transport) as url:
         access = httpx.get(url + "/metadata", headers={"X-API-Key": "second-key"}).json()["access"]
     assert access["allowed_origins"] == ["same origin", "https://app.example.com"]
-    assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"] and access["open_paths"] == ["/health"]
+    assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"]
+    assert access["open_paths"] == ["/", "/health", "/web", "/web/static/..."]
     assert KEY not in json.dumps(access) and "second-key" not in json.dumps(access)
     assert ("not_supported" in access) == (transport == "picows")
 
