@@ -7,11 +7,9 @@ status, a reason and a JSON body). `EnvkitApp` applies it at its ASGI entry to e
 and WebSocket handshake, before anything is accepted; the picows transport applies the same
 policy in its handshake.
 
-- **API keys**: required on every path but `/health` and the `/web` page's own files (`/`, `/web`,
-  `/web/static/...`: they hold no data, and a browser must load the page to type a key), sent as
-  `X-API-Key: KEY`, `Authorization: Bearer KEY`, on a WebSocket handshake the query parameter
-  `api_key=KEY` (browsers cannot set handshake headers; the `/web` page sends it so), or the cookie
-  `envkit_api_key=KEY` (what a browser sends by itself, on page loads and handshakes alike). Compared in constant time against every
+- **API keys**: required on every path but `/health`, sent as `X-API-Key: KEY`,
+  `Authorization: Bearer KEY`, or (what a browser sends by itself, on page loads and WebSocket
+  handshakes alike) the cookie `envkit_api_key=KEY`. Compared in constant time against every
   key; never logged, never echoed.
 - **Origin**: a request whose `Origin` names another site is refused unless that origin is allowed;
   same-origin pages (Origin host == Host) and clients that send no Origin (every non-browser
@@ -29,33 +27,27 @@ import hmac
 import ipaddress
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .errors import ConfigurationError
 
-__all__ = ["AccessPolicy", "AccessRefusal", "API_KEY_ENV", "API_KEY_HEADER", "API_KEY_COOKIE", "API_KEY_PARAMETER",
-           "OPEN_PATHS", "PAGE_PATHS", "LOOPBACK_NAMES", "key_headers", "is_loopback_host", "redact_keys"]
+__all__ = ["AccessPolicy", "AccessRefusal", "API_KEY_ENV", "API_KEY_HEADER", "API_KEY_COOKIE", "OPEN_PATHS", "LOOPBACK_NAMES", "key_headers",
+           "is_loopback_host"]
 
 API_KEY_HEADER = "x-api-key"
 #: The environment variable servers and clients read the API key from by default.
 API_KEY_ENV = "ENVKIT_API_KEY"
 #: The cookie a browser sends by itself with same-origin page loads, fetches and WebSocket handshakes.
 API_KEY_COOKIE = "envkit_api_key"
-#: The query parameter that carries the key on a WebSocket handshake (only there: browsers cannot set its headers).
-API_KEY_PARAMETER = "api_key"
-#: Paths served without a key (liveness probes: Docker HEALTHCHECK, load balancers).
-OPEN_PATHS = frozenset({"/health"})
-#: The `/web` page's own files, served without a key: no data in them, and the page is where a browser types
-#: the key (its requests for data carry it). `PAGE_PREFIX` covers the page's scripts and styles.
-PAGE_PATHS = frozenset({"/", "/web"})
-PAGE_PREFIX = "/web/static/"
+#: Paths served without a key: liveness probes (Docker HEALTHCHECK, load balancers), and the web page's own
+#: files, which hold no environment data and must load for a person to type the key in.
+OPEN_PATHS = frozenset({"/health", "/", "/web", "/web/"})
+OPEN_PREFIXES = ("/web/static/",)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 #: How a client may send the key, as told in every 401.
 ACCEPTED_KEY_FORMS = ("X-API-Key: <key>", "Authorization: Bearer <key>",
-                      f"?{API_KEY_PARAMETER}=<key> (WebSocket handshakes only)",
                       f"Cookie: {API_KEY_COOKIE}=<key> (browsers, same origin)")
 #: Networks `forwarded_allow_ips=["private"]` trusts: where proxies in front of a server live.
 PRIVATE_NETWORKS = tuple(ipaddress.ip_network(net) for net in (
@@ -223,19 +215,14 @@ class AccessPolicy:
 
     # -- the check ----------------------------------------------------------------------------
 
-    def check(self, path: str, headers: HeaderLookup, local_host: str | None = None, *, query: bytes | str = b"",
-              websocket: bool = False) -> AccessRefusal | None:
-        """None when the request may go on, else why not. Host first, then Origin, then the key.
-
-        `query`: the raw query string; on a WebSocket handshake (`websocket`) its `api_key` parameter is a key.
-        """
+    def check(self, path: str, headers: HeaderLookup, local_host: str | None = None) -> AccessRefusal | None:
+        """None when the request may go on, else why not. Host first, then Origin, then the key."""
         host_header = headers.get("host") or ""
         refusal = self._check_host(host_header, local_host)
         if refusal is None:
             refusal = self._check_origin(headers.get("origin"), host_header)
-        if (refusal is None and self._keys and path not in OPEN_PATHS and path not in PAGE_PATHS
-                and not path.startswith(PAGE_PREFIX)):
-            refusal = self._check_key(headers, query if websocket else b"")
+        if refusal is None and self._keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
+            refusal = self._check_key(headers)
         return refusal
 
     def _check_host(self, host_header: str, local_host: str | None) -> AccessRefusal | None:
@@ -278,8 +265,8 @@ class AccessPolicy:
         default = _DEFAULT_PORTS.get(scheme)
         return host == header_host and (port or default) == (header_port or default)
 
-    def _check_key(self, headers: HeaderLookup, query: bytes | str) -> AccessRefusal | None:
-        given = self.key_from(headers) or _key_in_query(query)
+    def _check_key(self, headers: HeaderLookup) -> AccessRefusal | None:
+        given = self.key_from(headers)
         if given is None:
             return self._key_refusal("missing_api_key", "this server needs an API key and the request carried none")
         # Every key is compared, each in constant time, so the time taken says nothing about any of them.
@@ -302,8 +289,8 @@ class AccessPolicy:
             return credentials.strip().encode("utf-8", "surrogateescape")
         for cookie in (headers.get("cookie") or "").split(";"):
             name, _, value = cookie.strip().partition("=")
-            if name == API_KEY_COOKIE and value:
-                return value.strip().encode("utf-8", "surrogateescape")
+            if name == API_KEY_COOKIE and value:   # set by the web page, percent-encoded
+                return unquote(value.strip()).encode("utf-8", "surrogateescape")
         return None
 
     @staticmethod
@@ -381,27 +368,8 @@ class AccessPolicy:
         return {
             "api_key_required": self.requires_key,
             "api_key_accepted_as": list(ACCEPTED_KEY_FORMS) if self.requires_key else [],
-            "open_paths": sorted(OPEN_PATHS | PAGE_PATHS | {PAGE_PREFIX + "..."}),
+            "open_paths": sorted(OPEN_PATHS) + [prefix + "*" for prefix in OPEN_PREFIXES],
             "allowed_origins": ["same origin", *sorted(self.allowed_origins)],
             "allowed_hosts": host_rule,
             "forwarded_allow_ips": list(self._forwarded_specs),
         }
-
-
-def _key_in_query(query: bytes | str) -> bytes | None:
-    """The value of the `api_key` query parameter, or None."""
-    text = query.decode("latin-1") if isinstance(query, bytes) else query
-    if API_KEY_PARAMETER not in text:
-        return None
-    for name, value in parse_qsl(text):
-        if name == API_KEY_PARAMETER and value.strip():
-            return value.strip().encode("utf-8", "surrogateescape")
-    return None
-
-
-_KEY_IN_QUERY = re.compile(r"(api_key=)[^&\s\"']*")
-
-
-def redact_keys(text: str) -> str:
-    """`text` (a log line's path, say) with the value of every `api_key=` parameter replaced by `<redacted>`."""
-    return _KEY_IN_QUERY.sub(r"\1<redacted>", text) if "api_key=" in text else text

@@ -200,8 +200,7 @@ class EnvkitApp(FastAPI):
                 await _respond(send, 204, preflight, b"")
                 return None
         server = scope.get("server")
-        refusal = access.check(scope["path"], headers, server[0] if server else None,
-                               query=scope.get("query_string", b""), websocket=scope["type"] == "websocket")
+        refusal = access.check(scope["path"], headers, server[0] if server else None)
         if refusal is not None:
             self.state.envkit_pool.metrics.refused(refusal.reason, refusal.message)
             if scope["type"] == "http":

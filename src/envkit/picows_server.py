@@ -429,7 +429,7 @@ class PicowsServer:
         access = self.access
         if access is not None:
             headers = request.headers
-            refusal = access.check(path.decode("latin-1"), headers, query=query, websocket=path == b"/ws")
+            refusal = access.check(path.decode("latin-1"), headers)
             if refusal is not None:
                 self.handler.pool.metrics.refused(refusal.reason, refusal.message)
                 return _http(WSUpgradeResponse.create_error_response(refusal.status, refusal.body(),

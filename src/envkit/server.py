@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from .access import redact_keys
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .uvicorn_protocols import HeadLimits, protocol_classes
 
@@ -27,8 +26,7 @@ class _ServerLogFilter(logging.Filter):
     """Keeps secrets and refused clients out of uvicorn's log.
 
     - At debug level the WebSocket layer logs every handshake header: the values of `X-API-Key`,
-      `Authorization` and `Cookie` are replaced by `<redacted>`, and so is the value of an `api_key=` query
-      parameter wherever a path is logged (the handshake's request line, the access log).
+      `Authorization` and `Cookie` are replaced by `<redacted>`.
     - Its sans-I/O WebSocket layer logs ERROR "ASGI callable returned without completing handshake"
       after every handshake refused with an HTTP response (how the access check refuses one): a refused
       client is not a server error, and must not be able to fill the log with them.
@@ -40,12 +38,9 @@ class _ServerLogFilter(logging.Filter):
         if record.msg == "ASGI callable returned without completing handshake.":
             return False
         args = record.args
-        if not isinstance(args, tuple) or not args:
-            return True
-        if record.msg == "< %s: %s" and len(args) == 2 and str(args[0]).lower() in self.SECRET_HEADERS:
+        if (record.msg == "< %s: %s" and isinstance(args, tuple) and len(args) == 2
+                and str(args[0]).lower() in self.SECRET_HEADERS):
             record.args = (args[0], "<redacted>")
-        else:
-            record.args = tuple(redact_keys(arg) if isinstance(arg, str) else arg for arg in args)
         return True
 
 
@@ -66,7 +61,6 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     if isinstance(app, EnvkitApp):
         app.bind(host)
         logging.getLogger("uvicorn.error").addFilter(_server_log_filter)
-        logging.getLogger("uvicorn.access").addFilter(_server_log_filter)
     state = getattr(app, "state", None)
     pool = getattr(state, "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
