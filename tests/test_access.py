@@ -22,6 +22,7 @@ from envkit import AuthenticationError, CapacityError, ConfigurationError, EnvCl
 from envkit.access import AccessPolicy
 from envkit.serving import resolve_target
 from envkit.testing import ServedProcess, running_server
+from test_ors_clients import openreward_python  # noqa: F401 — a fixture (the SDK's own venv)
 
 pytestmark = pytest.mark.both_transports
 
@@ -321,3 +322,34 @@ def test_refusals_are_counted_by_reason_in_metrics(keyed_url: str) -> None:
     for reason in ("missing_api_key", "wrong_api_key", "origin_not_allowed"):
         assert f'envkit_refusals_total{{reason="{reason}"}} 1' in text, text
     assert KEY not in text
+
+
+# -- the uvicorn-only surfaces: /mcp and the Open Reward Standard ---------------------------------
+
+
+def test_an_allowed_origin_reaches_mcp_and_a_foreign_one_does_not() -> None:
+    """/mcp has no Origin rule of its own: the one access layer decides, allowed origins included."""
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with running_server(echo_app(allowed_origins=["https://app.example.com"])) as url:
+        allowed = httpx.post(url + "/mcp", json=call, headers={"Origin": "https://app.example.com"})
+        assert allowed.status_code == 200 and allowed.json()["result"]["tools"]
+        foreign = httpx.post(url + "/mcp", json=call, headers={"Origin": "https://evil.example"})
+        assert foreign.status_code == 403 and foreign.json()["reason"] == "origin_not_allowed"
+
+
+def test_the_openreward_sdk_plays_with_its_key_and_is_refused_without(openreward_python: str) -> None:
+    """The real openreward SDK, which sends its key as X-API-Key."""
+    from test_ors_clients import PEER, peer_env
+
+    target = resolve_target("wordle")
+    app = create_app(target.env_class, target.action_cls, target.observation_cls, env_name="wordle",
+                     max_concurrent_envs=4, api_keys=[KEY])
+    reports = []
+    with running_server(app) as url:
+        for key in ("", KEY):
+            done = subprocess.run([openreward_python, str(PEER / "sdk_api_key.py"), url, "wordle"], capture_output=True,
+                                  text=True, timeout=240, env={**peer_env(url), "OPENREWARD_API_KEY": key})
+            assert done.returncode == 0, done.stderr[-3000:]
+            reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert reports[0]["refused"] == 401
+    assert reports[1]["prompt"] is True and "train" in reports[1]["splits"]
