@@ -44,6 +44,10 @@ __all__ = ["HeadLimits", "protocol_classes", "MAX_HEAD_BYTES"]
 
 MAX_HEAD_BYTES = 64 * 1024
 MIN_EVICT_AGE_S = 1.0
+#: Messages of one connection waiting for the app before the connection is not read until they are taken.
+MAX_WAITING_MESSAGES = 16
+#: A message larger than this stops the reading at once, until it has been taken.
+SMALL_MESSAGE_BYTES = 64 * 1024
 
 #: What uvicorn logs about its clients: a kind of bad input to count, or None for routine chatter (DEBUG).
 UVICORN_LOG_RULES: dict[str, str | None] = {
@@ -152,13 +156,43 @@ class _LimitedHeads:
 
 
 class _QuietWebSocket(WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol with `TransportLog`, counting the frames that break the protocol."""
+    """uvicorn's WebSocket protocol with `TransportLog`, counting the frames that break the protocol, and reading
+    on while a few small messages wait.
+
+    uvicorn stops reading a connection as each message arrives and reads on once the app has taken it:
+    two changes to the event loop's watch list per message, which cost the server as much CPU per step
+    as validating an action. Here reading stops once `MAX_WAITING_MESSAGES` wait, or after a message over
+    `SMALL_MESSAGE_BYTES`, so a client that sends and never reads still stops being read with at most
+    about a megabyte waiting (the backpressure that `test_backpressure` checks).
+    """
 
     metrics: ServerMetrics | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.logger = TransportLog(self.logger, self.metrics, UVICORN_LOG_RULES)  # type: ignore[assignment]
+
+    def send_receive_event_to_app(self) -> None:
+        frames = self.frames
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.frames = []
+        if self.close_sent:   # past the close: drop it, and keep reading until the client's close frame comes
+            return
+        if self.curr_msg_data_type == "text":
+            try:
+                message: dict[str, Any] = {"type": "websocket.receive", "text": data.decode()}
+            except UnicodeDecodeError:
+                self.logger.exception("Invalid UTF-8 sequence received from client.")
+                self.conn.send_close(1007)
+                self.handle_parser_exception()
+                return
+        else:
+            message = {"type": "websocket.receive", "bytes": data}
+        queue = self.queue
+        queue.put_nowait(message)  # type: ignore[arg-type]
+        if not self.read_paused and (len(data) > SMALL_MESSAGE_BYTES or queue.qsize() >= MAX_WAITING_MESSAGES):
+            self.read_paused = True
+            self.transport.pause_reading()
 
     def handle_parser_exception(self) -> None:
         sent = self.conn.close_sent

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .environment import Action, Environment, Observation
+from .model_codec import validator_for
 from .protocol import (
     FEATURES_HEADER,
     REFUSED_HEADER,
@@ -81,6 +82,7 @@ class SessionHandler:
                  tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int) -> None:
         self.factory = factory
         self.action_cls = action_cls
+        self._validate_action = validator_for(action_cls)
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
@@ -246,7 +248,7 @@ class SessionHandler:
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
-        return self.action_cls.model_validate(data)
+        return self._validate_action(data)
 
     def reset_kwargs(self, data: Any) -> dict[str, Any]:
         """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
