@@ -136,7 +136,7 @@ class EnvkitApp(FastAPI):
         if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None
                 and not self.user_middleware and not self.root_path and not scope.get("root_path")):
             scope["app"] = self
-            await self.session_handler(WebSocket(scope, receive, send))
+            await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
             return
         await super().__call__(scope, receive, send)
 

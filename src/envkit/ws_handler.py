@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
+from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .environment import Action, Environment, Observation
@@ -93,6 +94,14 @@ class SessionHandler:
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
+        await self.serve(websocket, websocket.receive, websocket.send)
+
+    async def serve(self, websocket: WebSocket, receive: Receive, send: Send) -> None:
+        """`__call__`, with the session's frames taken from `receive` and answered through `send`.
+
+        `EnvkitApp` passes the connection's raw ASGI channels here: Starlette's checks on every message
+        (`websocket.receive`, `send_text`) cost more per step than the handshake's once.
+        """
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
@@ -113,7 +122,7 @@ class SessionHandler:
             pool.add(session)
             features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
             while session.ended is None:
-                message = await websocket.receive()
+                message = await receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
@@ -121,8 +130,8 @@ class SessionHandler:
                                           features=features)
                 if reply is None or session.ended is not None:
                     return
-                await websocket.send_text(reply)
-        except WebSocketDisconnect:   # the client went away while its reply was being sent: nothing to log
+                await send({"type": "websocket.send", "text": reply})
+        except (WebSocketDisconnect, OSError):   # the client went away while its reply was being sent: nothing to log
             return
         finally:
             try:
