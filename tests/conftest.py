@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import sysconfig
+import venv
 from pathlib import Path
 from typing import Iterator
 
@@ -64,3 +67,46 @@ def counter_url(transport: str) -> Iterator[str]:
                      max_message_bytes=4096)
     with running_server(app, transport=transport) as url:
         yield url
+
+
+REPO = TESTS_DIR.parent
+
+
+def third_party_python(name: str, requirement: str, module: str, override: str, *, sees_runner: bool = False) -> str:
+    """The python of a third-party client's own venv: `$override` if set, else `benchmarks/.venv-NAME`,
+    created and `pip install`ed on first use (reused as it is afterwards).
+
+    `sees_runner`: the venv also sees the packages of the interpreter running the tests (torch, trl, envkit),
+    for clients that must run beside them; its own packages come first.
+    """
+    configured = os.environ.get(override)
+    if configured:
+        return configured
+    home = REPO / "benchmarks" / f".venv-{name}"
+    python = home / "bin" / "python"
+    if not python.exists():
+        venv.create(home, with_pip=True)
+        if sees_runner:
+            site = next(home.glob("lib/python*/site-packages"))
+            (site / "_runner_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode != 0:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", requirement], check=True)
+    return str(python)
+
+
+@pytest.fixture(scope="session")
+def openenv_python() -> str:
+    """OpenEnv 0.10.0's venv (`$ENVKIT_OPENENV_PYTHON`, else benchmarks/.venv-openenv)."""
+    return third_party_python("openenv", "openenv==0.10.0", "openenv", "ENVKIT_OPENENV_PYTHON")
+
+
+@pytest.fixture(scope="session")
+def mcp1_python() -> str:
+    """The `mcp` SDK 1.x (`$ENVKIT_MCP1_PYTHON`, else benchmarks/.venv-mcp1; 1.30.0, as openenv 0.10.0 resolves)."""
+    return third_party_python("mcp1", "mcp==1.30.0", "mcp", "ENVKIT_MCP1_PYTHON")
+
+
+@pytest.fixture(scope="session")
+def mcp2_python() -> str:
+    """The `mcp` SDK 2.x (`$ENVKIT_MCP2_PYTHON`, else benchmarks/.venv-mcp2)."""
+    return third_party_python("mcp2", "mcp==2.3.0", "mcp", "ENVKIT_MCP2_PYTHON")

@@ -176,3 +176,12 @@ class ClashingNamesEnvironment(CounterEnvironment):
             json: A flag.
         """
         return f"model_config={model_config} _private={_private} json={json}"
+
+
+class PidCounterEnvironment(CounterEnvironment):
+    """A counter that also tells which process serves it (for servers of several processes)."""
+
+    @tool
+    def whoami(self) -> str:
+        """Say the id of the process this session lives in."""
+        return str(os.getpid())

@@ -34,7 +34,8 @@ def test_sync_episode_mirrors_async(echo_url: str) -> None:
         tool = env.call("echo", message="four")
         assert (tool.text, tool.reward, tool.done) == ("four", pytest.approx(0.4), False)
         assert isinstance(tool.observation, EchoObservation)
-        assert [t["function"]["name"] for t in env.tools()] == ["echo"]
+        assert [t["function"]["name"] for t in env.tools()] == ["echo", "echo_message", "echo_with_length"]
+        assert env.call("echo_with_length", message="four").text == '{"message":"four","length":4}'
         assert env.health()["active_sessions"] == 1
     assert not env.connected
 

@@ -79,6 +79,18 @@ def test_an_endless_handshake_header_is_cut_off(transport: str) -> None:
                 assert raw_ws.read_head(sock).startswith(b"HTTP/1.1 431")
 
 
+def test_a_large_body_sent_with_its_head_is_not_taken_for_a_long_head() -> None:
+    """The head limit counts the head only: a 300 KB JSON-RPC body arriving in the same read reaches the app."""
+    with running_server(echo_app()) as url:
+        payload = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "a" * 300_000}}).encode()
+        with raw_ws.connect(url) as sock:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\n"
+                         b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+            status = raw_ws.read_head(sock).split(b" ", 2)[1]
+        assert status == b"200"
+
+
 def test_a_handshake_sent_a_byte_at_a_time_is_timed_out(transport: str) -> None:
     if transport == "picows":
         pytest.skip("picows closes a handshake after its fixed 10 s handshake timeout; too slow to wait for here")

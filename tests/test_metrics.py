@@ -61,8 +61,9 @@ def test_metrics_count_sessions_refusals_bad_input_and_frames(transport: str) ->
     assert samples['envkit_refusals_total{reason="capacity"}'] == 1
     assert samples['envkit_bad_input_total{kind="invalid_json"}'] == 1
     assert samples['envkit_bad_input_total{kind="unknown_type"}'] == 1
-    assert samples['envkit_bad_input_total{kind="not_reset"}'] == 1
-    assert samples['envkit_error_replies_total{code="NOT_RESET"}'] == 1
+    # echo takes a step before reset (ALLOWS_STEP_BEFORE_RESET), so the empty step is a validation error
+    assert samples['envkit_bad_input_total{kind="validation_error"}'] == 1
+    assert samples['envkit_error_replies_total{code="VALIDATION_ERROR"}'] == 1
     assert samples['envkit_frames_total{type="step"}'] == 6
     assert samples['envkit_frames_total{type="reset"}'] == 2
     assert samples['envkit_frames_total{type="call"}'] == 1

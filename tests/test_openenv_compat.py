@@ -1,17 +1,15 @@
 """Wire compatibility with OpenEnv 0.10.0, using its real client and server from PyPI.
 
 OpenEnv's pins clash with ours, so it lives in its own virtual environment: `$ENVKIT_OPENENV_PYTHON`
-if set, else `benchmarks/.venv-openenv` (the one the benchmarks use), created here on first use
-(pip install openenv==0.10.0).
+if set, else `benchmarks/.venv-openenv` (the one the benchmarks use), created on first use
+(pip install openenv==0.10.0; the `openenv_python` fixture in conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-import venv
 from pathlib import Path
 from typing import Iterator
 
@@ -26,21 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 OPENENV_ECHO = REPO / "benchmarks" / "servers" / "openenv_echo.py"
 
 pytestmark = pytest.mark.both_transports
-
-
-@pytest.fixture(scope="session")
-def openenv_python() -> str:
-    configured = os.environ.get("ENVKIT_OPENENV_PYTHON")
-    if configured:
-        return configured
-    home = REPO / "benchmarks" / ".venv-openenv"
-    python = home / "bin" / "python"
-    if not python.exists():
-        venv.create(home, with_pip=True)
-    probe = subprocess.run([str(python), "-c", "import openenv"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "openenv==0.10.0"], check=True)
-    return str(python)
 
 
 def run_peer(python: str, script: str, *args: str) -> list[dict]:

@@ -13,9 +13,7 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import time
-import venv
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +24,8 @@ from envkit.serving import resolve_target
 from envkit.ors_client import is_ors_server
 from envkit.testing import ServedProcess, free_port
 
+from conftest import third_party_python
+
 REPO = Path(__file__).resolve().parents[1]
 PEER = Path(__file__).resolve().parent / "openreward_peer"
 OPENREWARD = "openreward==0.1.167"
@@ -33,19 +33,8 @@ OPENREWARD = "openreward==0.1.167"
 
 @pytest.fixture(scope="session")
 def openreward_python() -> str:
-    configured = os.environ.get("ENVKIT_OPENREWARD_PYTHON")
-    if configured:
-        return configured
-    home = REPO / "benchmarks" / ".venv-openreward"
-    python = home / "bin" / "python"
-    if not python.exists():
-        venv.create(home, with_pip=True)
-        site = next(home.glob("lib/python*/site-packages"))
-        (site / "_runner_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = subprocess.run([str(python), "-c", "import openreward"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", OPENREWARD], check=True)
-    return str(python)
+    """openreward's venv (`$ENVKIT_OPENREWARD_PYTHON`, else benchmarks/.venv-openreward), seeing trl and torch too."""
+    return third_party_python("openreward", OPENREWARD, "openreward", "ENVKIT_OPENREWARD_PYTHON", sees_runner=True)
 
 
 def peer_env(url: str) -> dict[str, str]:

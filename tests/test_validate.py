@@ -167,8 +167,8 @@ def test_a_running_bundled_env_passes_every_url_check() -> None:
     assert done.returncode == 0, done.stdout
     report = json.loads(done.stdout)
     assert [check["name"] for check in report["checks"]] == [
-        "health", "schema", "tools", "reset", "step", "tool call", "two sessions", "ors catalogue", "ors tools",
-        "ors session", "ors call", "ors delete", "ors refusals"]
+        "health", "schema", "tools", "reset", "step", "tool call", "two sessions", "mcp (openenv)", "mcp (standard)",
+        "ors catalogue", "ors tools", "ors session", "ors call", "ors delete", "ors refusals"]
     assert {check["status"] for check in report["checks"]} == {"ok"}
 
 

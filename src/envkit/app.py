@@ -13,6 +13,7 @@ from starlette.websockets import WebSocket
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
 from .episode_metrics import check_metrics
+from .mcp import McpEndpoint
 from .metrics import ServerMetrics
 from .ors import OrsSurface
 from .routes import Documents, build_router
@@ -45,7 +46,7 @@ def create_app(
     ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """Build a FastAPI app serving `env` at WebSocket `/ws`, one environment per connection.
+    """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
 
     The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.ors`).
 
@@ -116,6 +117,8 @@ def create_app(
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
     app.include_router(ors.router())
     app.add_api_websocket_route("/ws", handler)
+    mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
+    app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return app
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Self, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Self, Sequence, TypeVar
 
 import httpx
 import orjson
@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from .errors import CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
+from .placement import Placement, is_registry_url, parse_server_urls
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
 
 __all__ = ["EnvClient", "SyncEnvClient", "StepResult", "ToolResult"]
@@ -84,8 +85,12 @@ class EnvClient:
             result = await env.reset(seed=1)
             result = await env.step({"message": "hello"})
 
+    Several servers of one environment (see `envkit.placement`): give `base_url` as a list or a
+    comma-separated string of servers, or a registry URL (`http://head:8000/replicas`); each new
+    session then opens on the least-loaded live server.
+
     Args:
-        base_url: the server, as `http://host:port` or `ws://host:port[/ws]`.
+        base_url: the server, as `http://host:port` or `ws://host:port[/ws]`; or several, or a registry.
         observation_cls: parse observations into this model instead of plain dicts.
         connect_timeout: seconds to open the connection.
         message_timeout: seconds to wait for a reply; past it the session is closed and lost.
@@ -94,18 +99,22 @@ class EnvClient:
         max_message_bytes: largest frame accepted from the server.
     """
 
-    def __init__(self, base_url: str, *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
+    def __init__(self, base_url: str | Sequence[str], *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
                  message_timeout: float = 60.0, ping_interval: float | None = 5.0, ping_timeout: float | None = 5.0,
                  headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20) -> None:
-        self.base_url = base_url
-        self.ws_url = websocket_url(base_url)
-        self.http_url = http_url(base_url)
+        servers = parse_server_urls(base_url)
+        self.base_url = base_url if isinstance(base_url, str) else ",".join(servers)
+        self.ws_url = websocket_url(servers[0])
+        self.http_url = http_url(servers[0])
         self.observation_cls = observation_cls
         self.connect_timeout = connect_timeout
         self.message_timeout = message_timeout
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.headers = {FEATURES_HEADER: "text,metrics", **(headers or {})}
+        #: Chooses the server of each new session when there are several (None: one server).
+        self.placement = (Placement.shared(servers, headers=headers)
+                          if len(servers) > 1 or is_registry_url(servers[0]) else None)
         self.max_message_bytes = max_message_bytes
         self._ws: ClientConnection | None = None
         self._lost: SessionLostError | None = None
@@ -134,6 +143,12 @@ class EnvClient:
     async def connect(self) -> EnvClient:
         """Open a new session (closing any previous one). Raises `CapacityError` when the server is full."""
         await self._drop()
+        if self.placement is not None:
+            return await self.placement.open_session(self._connect_to)
+        return await self._connect_to(self.ws_url)
+
+    async def _connect_to(self, server_url: str) -> EnvClient:
+        self.ws_url, self.http_url = websocket_url(server_url), http_url(server_url)
         try:
             ws = await connect(self.ws_url, open_timeout=self.connect_timeout, ping_interval=self.ping_interval,
                                ping_timeout=self.ping_timeout, max_size=self.max_message_bytes,
@@ -230,7 +245,9 @@ class EnvClient:
         return (await self._get("/tools"))["tools"]
 
     async def health(self) -> dict[str, Any]:
-        """The server's `/health` document (status, active and maximum sessions)."""
+        """The server's `/health` document (status, active and maximum sessions); for several, their sum."""
+        if self.placement is not None:
+            return await self.placement.health()
         return await self._get("/health")
 
     async def metadata(self) -> dict[str, Any]:
@@ -238,6 +255,8 @@ class EnvClient:
         return await self._get("/metadata")
 
     async def _get(self, path: str) -> dict[str, Any]:
+        if self.placement is not None and self._ws is None:
+            self.http_url = http_url(await self.placement.first_live())
         try:
             async with httpx.AsyncClient(timeout=self.connect_timeout, trust_env=False) as http:
                 response = await http.get(self.http_url + path, headers=self.headers)

@@ -82,6 +82,9 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
             `create_app(max_concurrent_envs > 1)` refuses an environment that does not say so.
         RUN_INLINE: `reset`, `step` and tools are quick and never block, so the server calls them
             on the event loop instead of handing them to a worker thread.
+        ALLOWS_STEP_BEFORE_RESET: stepping (or calling a tool of) a never-reset instance is a
+            meaningful move, as in echo. Off by default: then such a step gets `NOT_RESET`, which is
+            what tells a client that silently reconnected to a fresh session that its game is gone.
 
     Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
     synchronous methods; the server then awaits them directly.
@@ -89,6 +92,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = False
     RUN_INLINE: ClassVar[bool] = False
+    ALLOWS_STEP_BEFORE_RESET: ClassVar[bool] = False
     #: Named lists of tasks (`{"train": [...], "test": [...]}`); each task is the keyword arguments `reset`
     #: takes for one episode. Tasks are shown to clients and become dataset columns, so they must never hold
     #: an answer (name it by index instead). Override `tasks()` to build them on demand.

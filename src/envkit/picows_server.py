@@ -8,8 +8,9 @@ environment is answered inside its callback, with no task per connection or per 
 pings come from the session pool's one sweep over all sessions).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served
-over HTTP (no `/docs`, no middleware, no Open Reward Standard routes: `/metadata` says so), and the
-environment factory runs in the handshake on the event loop for every environment (the handshake's headers depend on it), so an environment whose
+over HTTP (no `/docs`, no middleware, none of the surfaces in `NOT_SERVED`: no `/mcp`, no Open Reward
+Standard routes; `/metadata` says so), and the environment factory runs in the handshake on the event
+loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
 follow the handshake; one refused after such a wait hears it in reply to its first message.
@@ -27,6 +28,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Any, Callable, Coroutine, Generator, Iterator
+from urllib.parse import parse_qs
 
 import orjson
 import uvloop
@@ -46,11 +48,11 @@ from picows.picows import _validate_upgrade_request   # the check picows applies
 from .app import HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, Features
+from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, ErrorCode, Features, error_frame
 from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
-from .ws_handler import Refusal, SessionHandler
+from .ws_handler import ATTACH_PARAMETER, Refusal, SessionHandler
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
 
@@ -376,6 +378,8 @@ class WaitingListener(MessageListener):
             self.session_listener.on_ws_disconnected(transport)
 
 
+#: The app's surfaces this transport does not serve; `/metadata` lists them under `not_served`.
+NOT_SERVED = ("/mcp", "Open Reward Standard routes")
 #: What `/metadata` says about the Open Reward Standard here.
 ORS_NOT_SERVED = {"served": False, "why": "the picows transport serves /ws and the JSON documents only; serve with "
                   "--transport uvicorn (the default) for the Open Reward Standard routes"}
@@ -392,15 +396,24 @@ class PicowsServer:
         self.documents: Documents = documents
         self.max_frame_bytes = max_frame_bytes
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED}),
+                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
+                                                  "transport": "picows", "not_served": list(NOT_SERVED)}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         self.server: asyncio.Server | None = None
 
     def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         """picows's listener factory: HTTP documents by path, a session for `/ws`."""
-        path = request.path.partition(b"?")[0]
+        path, _, query = request.path.partition(b"?")
         if path == b"/ws":
+            if ATTACH_PARAMETER in parse_qs(query.decode("latin-1")):
+                message = ("the picows transport serves no /mcp, so it has no sessions to attach to; serve with "
+                           "--transport uvicorn")
+                return _refused(Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message),
+                                        CloseCode.SESSION_UNAVAILABLE, "session unavailable", message))
             return self._open_session(request)
+        if path.decode("latin-1") in NOT_SERVED:
+            detail = f"the picows transport does not serve {path.decode('latin-1')}; serve with --transport uvicorn"
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": detail}), _JSON))
         if request.method != b"GET":
             return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
         if path == b"/health":

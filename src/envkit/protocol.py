@@ -28,7 +28,7 @@ from .model_codec import dump
 __all__ = [
     "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason",
     "FrameError", "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
-    "tool_result_payload", "tool_result_frame",
+    "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]
 
 SESSION_ID_HEADER = "x-envkit-session-id"
@@ -72,6 +72,8 @@ class ErrorCode:
     MESSAGE_TOO_BIG = "MESSAGE_TOO_BIG"
     NOT_RESET = "NOT_RESET"
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    #: `/ws?session_id=...` named a session that cannot be attached to: unknown, ended, or already attached.
+    SESSION_UNAVAILABLE = "SESSION_UNAVAILABLE"
 
 
 class CloseCode(IntEnum):
@@ -84,6 +86,7 @@ class CloseCode(IntEnum):
     MESSAGE_TOO_BIG = 1009
     CAPACITY = 1013
     IDLE_TIMEOUT = 4408
+    SESSION_UNAVAILABLE = 4404
 
 
 _CLOSE_REASONS = {
@@ -94,6 +97,7 @@ _CLOSE_REASONS = {
     CloseCode.MESSAGE_TOO_BIG: "message too big",
     CloseCode.CAPACITY: "server at capacity",
     CloseCode.IDLE_TIMEOUT: "idle timeout",
+    CloseCode.SESSION_UNAVAILABLE: "no such session to attach to",
     1006: "connection dropped without a close frame",
 }
 
@@ -163,19 +167,28 @@ def error_frame(code: str, message: str, **details: Any) -> str:
     return encode({"type": "error", "data": {"message": message, "code": code, **details}})
 
 
-def tool_result_payload(tool: str, result: str | Observation) -> dict[str, Any]:
+def tool_result_text(result: Any) -> str:
+    """What a language model reads of a tool's result: a string as is, an Observation through `as_text()`, JSON else."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, Observation):
+        return result.as_text()
+    return orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def tool_result_payload(tool: str, result: Any) -> dict[str, Any]:
     """What a tool returned, as every surface reports it: `result` (the text an agent reads), and
     `observation`, `reward` and `done` when the tool returned an `Observation` (None otherwise)."""
     data: dict[str, Any] = {"tool": tool}
     if isinstance(result, Observation):
         data.update(observation_payload(result))
-        data["result"] = result.as_text()
     else:
-        data.update(result=str(result), observation=None, reward=None, done=None)
+        data.update(observation=None, reward=None, done=None)
+    data["result"] = tool_result_text(result)
     return data
 
 
-def tool_result_frame(tool: str, result: str | Observation, *, metrics: dict[str, Any] | None = None) -> str:
+def tool_result_frame(tool: str, result: Any, *, metrics: dict[str, Any] | None = None) -> str:
     data = tool_result_payload(tool, result)
     if metrics is not None:
         data["metrics"] = metrics

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import APIRouter, Request
@@ -29,6 +29,8 @@ class Documents:
     schema: dict[str, Any]
     metadata: dict[str, Any]
     tools: dict[str, Any]
+    #: Functions that amend the `/health` document in place (e.g. `envkit.workers` adds every worker's load).
+    health_views: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
     @classmethod
     def describe(cls, name: str, env_class: type[Environment], action_cls: type[Action],
@@ -60,7 +62,10 @@ class Documents:
         """Liveness and load: how many sessions are open and how many may be."""
         pool = self.pool
         status = "shutting_down" if pool.shutting_down else "healthy"
-        return {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
+        document = {"status": status, "active_sessions": pool.active, "max_sessions": pool.max_sessions}
+        for view in self.health_views:
+            view(document)
+        return document
 
     def metrics(self) -> str:
         """The server's counters in the Prometheus text format (served with `METRICS_CONTENT_TYPE`)."""

@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel
 
@@ -30,7 +30,18 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["Session", "SessionPool", "new_session_id"]
+__all__ = ["Session", "SessionPool", "SharedLimit", "new_session_id"]
+
+class SharedLimit(Protocol):
+    """A session limit that several processes count against together."""
+
+    def try_reserve(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def in_use(self) -> int:
+        """Sessions open in all the processes together."""
+
 
 Closer = Callable[[int, str], Awaitable[None]]
 Pinger = Callable[[], None]
@@ -46,7 +57,9 @@ class Session:
 
     A WebSocket session lives as long as its connection and is given `close_socket`; a detached
     session (HTTP surfaces such as MCP or the Open Reward Standard, where an episode spans many
-    requests) has none, and gives its slot back itself when it ends (`owns_slot`).
+    requests) has none, and gives its slot back itself when it ends (`owns_slot`). A socket attached to a
+    detached session (`/ws?session_id=...`) sets `close_socket` while it is attached, so that reaping and
+    shutdown close it with their code.
     """
 
     def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
@@ -70,8 +83,14 @@ class Session:
         self._closed: asyncio.Future[None] | None = None
         env_class = type(env)
         self._inline = env_class.RUN_INLINE
+        self._allows_step_before_reset = env_class.ALLOWS_STEP_BEFORE_RESET
         self._async_reset = env_class.reset_async is not Environment.reset_async
         self._async_step = env_class.step_async is not Environment.step_async
+
+    @property
+    def may_step(self) -> bool:
+        """Whether steps and tool calls may run now: after a reset, or always where the environment allows it."""
+        return self.has_reset or self._allows_step_before_reset
 
     async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Call environment code where it belongs: on the loop if inline or async, else on a worker.
@@ -188,6 +207,9 @@ class SessionPool:
         self.closing = 0
         self._slot_waiters: deque[asyncio.Future[bool]] = deque()
         self._sessions: dict[str, Session] = {}
+        #: A limit shared with other processes serving the same port (`envkit.workers`): a slot is taken
+        #: there too, and given back there when released. None for a server of its own.
+        self.shared_limit: SharedLimit | None = None
         self._ended: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._executor = ThreadPoolExecutor(max_workers=max_workers or min(32, max(4, max_sessions)),
                                             thread_name_prefix="envkit-env")
@@ -202,9 +224,16 @@ class SessionPool:
         """Sessions open or being opened right now."""
         return self._reserved
 
+    @property
+    def active_everywhere(self) -> int:
+        """Sessions open here and in the processes sharing the limit (`shared_limit`): what the limit counts."""
+        return self.shared_limit.in_use() if self.shared_limit is not None else self._reserved
+
     def try_reserve(self) -> bool:
         """Take a slot for a new connection; False at capacity or during shutdown."""
         if self.shutting_down or self._reserved >= self.max_sessions:
+            return False
+        if self.shared_limit is not None and not self.shared_limit.try_reserve():
             return False
         self._reserved += 1
         return True
@@ -247,6 +276,8 @@ class SessionPool:
                 waiter.set_result(True)
                 return
         self._reserved -= 1
+        if self.shared_limit is not None:
+            self.shared_limit.release()
         if self._reserved == 0 and self._closed_since_reclaim >= self.RECLAIM_MIN_CLOSED and self._reclaim is None:
             self._reclaim = asyncio.get_running_loop().call_later(self.RECLAIM_AFTER_S, self._reclaim_if_idle)
 

@@ -6,8 +6,9 @@ builds a JSON schema in the function-calling format that chat templates and
 `transformers.utils.get_json_schema` use, validates call arguments, and publishes the listing at
 `GET /tools`, from which trainers and other front ends are generated.
 
-A tool returns either a string (shown to the agent as is) or an `Observation` (shown through
-`Observation.as_text()`, with its reward and done flag reported to the caller).
+A tool returns a string (shown to the agent as is), an `Observation` (shown through
+`Observation.as_text()`, with its reward and done flag reported to the caller), or another JSON
+value such as a dict (shown as JSON; MCP clients also get the value itself).
 """
 
 from __future__ import annotations

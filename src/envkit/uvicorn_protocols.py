@@ -92,6 +92,7 @@ class _LimitedHeads:
         super().__init__(*args, **kwargs)
         self.logger = TransportLog(self.logger, self.limits.metrics, UVICORN_LOG_RULES)
         self._head_bytes = 0
+        self._head_tail = b""   # the last bytes of the head so far, to find its end across reads
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -104,7 +105,7 @@ class _LimitedHeads:
 
     def data_received(self, data: bytes) -> None:
         if self._head_timer is not None:
-            self._head_bytes += len(data)
+            self._head_bytes += self._head_part(data)
             if self._head_bytes > self.limits.max_head_bytes:
                 self._refuse(431, "Request Header Fields Too Large", "handshake_too_big",
                              f"request head over {self.limits.max_head_bytes} bytes")
@@ -114,6 +115,14 @@ class _LimitedHeads:
         if self._head_timer is not None and (self.cycle is not cycle or self.transport.get_protocol() is not self):
             self._head_done()   # a request started, or the connection became a WebSocket
 
+    def _head_part(self, data: bytes) -> int:
+        """How many bytes of `data` belong to the request head: a body read with it is not the head's."""
+        seen = self._head_tail + data
+        end = seen.find(b"\r\n\r\n")
+        part = len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+        self._head_tail = seen[-3:]
+        return part
+
     def on_response_complete(self) -> None:
         cycle, pipelined = self.cycle, bool(getattr(self, "pipeline", None))
         super().on_response_complete()  # type: ignore[misc]
@@ -122,7 +131,7 @@ class _LimitedHeads:
 
     def _await_head(self) -> None:
         limits, now = self.limits, self.loop.time()
-        self._head_bytes = 0
+        self._head_bytes, self._head_tail = 0, b""
         self._head_timer = self.loop.call_later(limits.head_timeout_s, self._head_timed_out)
         limits.pending[self] = now
         if len(limits.pending) > limits.max_pending_heads:

@@ -260,7 +260,8 @@ def example_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = No
 
 
 async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
-    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once."""
+    """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once,
+    and `/mcp` in OpenEnv's dialect and as standard MCP."""
     from .client import EnvClient
 
     report = Report(url)
@@ -304,6 +305,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     if tools and not _tool_listing_problems(tools[0]):
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
+    await _check_mcp(report, client.http_url, timeout, [tool for tool in tools if not _tool_listing_problems(tool)])
     ors = (await _get_json(client.http_url + "/metadata", timeout)).get("ors") or {}
     if ors.get("served"):
         await asyncio.to_thread(check_ors, report, client.http_url, timeout)
@@ -495,6 +497,114 @@ async def _connect_once_free(client: Any, within_s: float) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+class _McpProblem(Exception):
+    """A check of `/mcp` that failed, with what was wrong."""
+
+
+async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]]) -> None:
+    """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP."""
+    import httpx
+
+    metadata = await _get_json(http_url + "/metadata", timeout)
+    if "/mcp" in metadata.get("not_served", []):
+        for name in ("mcp (openenv)", "mcp (standard)"):
+            report.add(name, [f"this server's transport ({metadata.get('transport')}) does not serve /mcp; serve "
+                              "with the default uvicorn transport for MCP clients"], "", warn=True)
+        return
+    names = sorted(tool["function"]["name"] for tool in tools)
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
+        rpc = _JsonRpc(http, http_url + "/mcp", timeout)
+        for name, check in (("mcp (openenv)", _check_mcp_openenv), ("mcp (standard)", _check_mcp_standard)):
+            try:
+                report.add(name, [], await check(rpc, names, tools))
+            except _McpProblem as problem:
+                report.add(name, [str(problem)], "")
+            except httpx.HTTPError as error:
+                report.add(name, [f"POST {http_url}/mcp failed: {type(error).__name__}: {error}"], "")
+
+
+class _JsonRpc:
+    """Posts JSON-RPC requests to `/mcp`, retrying while the server is still closing earlier checks' sessions."""
+
+    def __init__(self, http: Any, url: str, timeout: float) -> None:
+        self.http, self.url, self.timeout, self.next_id = http, url, timeout, 0
+
+    async def post(self, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:
+        response = await self.http.post(self.url, json=body, headers=headers or {})
+        try:
+            reply = response.json()
+        except ValueError:
+            reply = None
+        if response.status_code != 200 or not isinstance(reply, dict) or reply.get("jsonrpc") != "2.0":
+            raise _McpProblem(f"POST /mcp answered HTTP {response.status_code} without a JSON-RPC 2.0 body "
+                              f"({response.text[:80]!r}); OpenEnv's validator and clients need 200 and JSON-RPC")
+        return reply
+
+    async def call(self, method: str, params: dict[str, Any], *, retry_capacity: bool = False) -> Any:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.next_id += 1
+            reply = await self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+            error = reply.get("error")
+            if error and retry_capacity and error.get("code") == -32000 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                continue
+            if error:
+                raise _McpProblem(f"{method}: JSON-RPC error {error.get('code')}: {error.get('message')}")
+            return reply.get("result")
+
+
+async def _check_mcp_openenv(rpc: _JsonRpc, names: list[str], tools: list[dict[str, Any]]) -> str:
+    empty = await rpc.post({})
+    if "error" not in empty:
+        raise _McpProblem("POST /mcp with {} should answer a JSON-RPC error (it is not a request)")
+    session_id = ((await rpc.call("openenv/session/create", {}, retry_capacity=True)) or {}).get("session_id")
+    if not isinstance(session_id, str):
+        raise _McpProblem("openenv/session/create returned no session_id")
+    try:
+        listed = sorted(tool.get("name") for tool in (await rpc.call("tools/list", {"session_id": session_id}))
+                        .get("tools", []))
+    finally:
+        await rpc.call("openenv/session/close", {"session_id": session_id})
+    if listed != names:
+        raise _McpProblem(f"tools/list names {listed}, but /tools lists {names}")
+    rpc.next_id += 1
+    after = await rpc.post({"jsonrpc": "2.0", "id": rpc.next_id, "method": "tools/list",
+                            "params": {"session_id": session_id}})
+    if "error" not in after:
+        raise _McpProblem("a closed session still answers tools/list; it should be gone")
+    return f"session create, tools/list ({len(listed)} tools), close; the closed session is gone"
+
+
+async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[str, Any]]) -> str:
+    initialized = await rpc.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "envkit-validate", "version": "1"}})
+    if not isinstance(initialized, dict) or "tools" not in initialized.get("capabilities", {}):
+        raise _McpProblem("initialize did not offer the tools capability")
+    listed = {tool.get("name"): tool for tool in (await rpc.call("tools/list", {})).get("tools", [])}
+    missing = sorted({"reset", "close", *names} - set(listed))
+    if missing:
+        raise _McpProblem(f"tools/list lacks {', '.join(missing)}")
+    reset = await rpc.call("tools/call", {"name": "reset", "arguments": {}}, retry_capacity=True)
+    episode_id = (reset.get("structuredContent") or {}).get("episode_id")
+    if reset.get("isError") or not episode_id:
+        raise _McpProblem(f"the reset tool returned no episode_id: {reset.get('content')}")
+    detail = "initialize, tools/list, reset"
+    try:
+        if tools:
+            function = tools[0]["function"]
+            arguments = example_from_schema(function.get("parameters") or {})
+            result = await rpc.call("tools/call", {"name": function["name"],
+                                                   "arguments": {**arguments, "episode_id": episode_id}})
+            text = (result.get("content") or [{}])[0].get("text", "")
+            if result.get("isError"):
+                return f"{detail}; {function['name']}({arguments}) was refused by the environment: {text[:60]!r}"
+            detail += f", {function['name']}({arguments}) → {text[:40]!r}"
+    finally:
+        await rpc.call("tools/call", {"name": "close", "arguments": {"episode_id": episode_id}})
+    return detail + ", close"
 
 
 def validate(target: str) -> Report:

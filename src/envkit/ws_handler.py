@@ -41,16 +41,24 @@ from .tools import ToolSpec
 
 logger = logging.getLogger("envkit.server")
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused"]
+#: `/ws?session_id=ID` attaches the socket to a session opened over HTTP (`/mcp`'s `openenv/session/create`),
+#: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
+ATTACH_PARAMETER = "session_id"
+
+__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER"]
 
 
 class Refusal(NamedTuple):
-    """A connection accepted only to be refused: handshake header value, the one error frame, then the close."""
+    """A connection accepted only to be refused: handshake header value, the one error frame, then the close.
+
+    `message` is the error frame's message, for surfaces that answer without frames (`/mcp`).
+    """
 
     kind: str
     frame: str
     code: int
     reason: str
+    message: str
 
 
 class SessionRefused(Exception):
@@ -102,6 +110,9 @@ class SessionHandler:
         `EnvkitApp` passes the connection's raw ASGI channels here: Starlette's checks on every message
         (`websocket.receive`, `send_text`) cost more per step than the handshake's once.
         """
+        if websocket.scope.get("query_string") and ATTACH_PARAMETER in websocket.query_params:
+            await self._serve_attached(websocket, websocket.query_params[ATTACH_PARAMETER])
+            return
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
@@ -140,6 +151,58 @@ class SessionHandler:
             finally:
                 pool.release()
 
+    async def _serve_attached(self, websocket: WebSocket, session_id: str) -> None:
+        """Serve a socket attached to a detached session: it takes no slot of its own and, when it
+        closes, leaves the session open (it ends by `openenv/session/close`, idle reaping or shutdown)."""
+        session = self.pool.get(session_id)
+        refusal = self.attach_refusal(session_id, session)
+        if refusal is not None:
+            await _refuse(websocket, refusal)
+            return
+        assert session is not None
+
+        async def close_socket(code: int, reason: str) -> None:
+            await websocket.close(code, reason)
+
+        session.close_socket = close_socket   # reaping and shutdown now close this socket with their code
+        try:
+            await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            while session.ended is None:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                raw = message.get("text")
+                async with session.in_use():   # one request at a time with the session's HTTP calls
+                    if session.ended is not None:
+                        return
+                    reply = await self.answer(session, raw if raw is not None else message.get("bytes") or b"",
+                                              features=features)
+                if session.ended is not None:
+                    return
+                if reply is None:
+                    await websocket.close(CloseCode.NORMAL, "detached; the session stays open")
+                    return
+                await websocket.send_text(reply)
+        except WebSocketDisconnect:   # the client went away while its reply was being sent
+            return
+        finally:
+            if session.close_socket is close_socket:
+                session.close_socket = None
+
+    def attach_refusal(self, session_id: str, session: Session | None) -> Refusal | None:
+        """Why a socket cannot attach to session `session_id`, or None when it can."""
+        if session is None:
+            ended = self.pool.ended(session_id)
+            message = (f"session {session_id} is gone ({ended[1]}); open a new one" if ended is not None
+                       else f"unknown session {session_id}; open one with openenv/session/create on /mcp")
+        elif not session.owns_slot or session.close_socket is not None:
+            message = f"session {session_id} already has a WebSocket attached; close that one first"
+        else:
+            return None
+        return Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message), CloseCode.SESSION_UNAVAILABLE,
+                       "session unavailable", message)
+
     # -- transport-neutral parts, shared by every transport ----------------------------------
 
     async def open_detached(self, session_id: str | None = None) -> Session:
@@ -175,23 +238,25 @@ class SessionHandler:
         pool = self.pool
         if pool.shutting_down:
             pool.metrics.refused("shutdown")
-            return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED,
-                                                   "server is shutting down; connect to another server",
-                                                   active_sessions=pool.active, max_sessions=pool.max_sessions),
-                           CloseCode.SHUTDOWN, "server shutting down")
-        message = (f"server at capacity: {pool.active}/{pool.max_sessions} sessions open; "
+            message = "server is shutting down; connect to another server"
+            return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                                   max_sessions=pool.max_sessions),
+                           CloseCode.SHUTDOWN, "server shutting down", message)
+        active = pool.active_everywhere
+        message = (f"server at capacity: {active}/{pool.max_sessions} sessions open; "
                    "retry later or start the server with a higher --max-concurrent-envs")
         pool.metrics.refused("capacity", message)
-        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
-                                               max_sessions=pool.max_sessions), CloseCode.CAPACITY, "server at capacity")
+        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
+                                               max_sessions=pool.max_sessions),
+                       CloseCode.CAPACITY, "server at capacity", message)
 
     def factory_refusal(self, error: Exception) -> Refusal:
         """The refusal of a connection whose environment could not be built (logs the traceback)."""
         logger.error("environment factory failed", exc_info=error)
         self.pool.metrics.refused("factory", log=False)
-        return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR,
-                                              f"could not create the environment: {type(error).__name__}: {error}"),
-                       CloseCode.INTERNAL_ERROR, "environment factory failed")
+        message = f"could not create the environment: {type(error).__name__}: {error}"
+        return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR, message), CloseCode.INTERNAL_ERROR,
+                       "environment factory failed", message)
 
     async def handle(self, session: Session, raw: str | bytes, *, features: Features) -> str | None:
         """`answer`, with the bookkeeping the idle reaper reads (busy while answering, last activity)."""
@@ -234,7 +299,8 @@ class SessionHandler:
         except FrameError as error:
             return self._client_error(error.code, error.message)
         except ValidationError as error:
-            return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_summarise(error)}",
+            problems = summarise_validation_error(error)
+            return self._client_error(ErrorCode.VALIDATION_ERROR, f"Invalid message: {problems}",
                                       errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
             # at most a line a minute: a client can make an environment raise on every frame it sends
@@ -252,7 +318,7 @@ class SessionHandler:
         return error_frame(code, message, **details)
 
     def _action(self, session: Session, data: Any) -> Action:
-        if not session.has_reset:
+        if not session.may_step:
             raise FrameError(ErrorCode.NOT_RESET, 'step before reset: send {"type": "reset"} to start an episode first')
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
@@ -294,7 +360,7 @@ class SessionHandler:
         if spec is None:
             known = ", ".join(sorted(self.tools)) or "none"
             raise FrameError(ErrorCode.UNKNOWN_TOOL, f"Unknown tool: {data['tool']}; this environment's tools: {known}")
-        if not session.has_reset:
+        if not session.may_step:
             raise FrameError(ErrorCode.NOT_RESET, 'tool call before reset: send {"type": "reset"} first')
         arguments = data.get("args") or {}
         if not isinstance(arguments, dict):
@@ -315,7 +381,8 @@ async def _refuse(websocket: WebSocket, refusal: Refusal) -> None:
     await websocket.close(refusal.code, refusal.reason)
 
 
-def _summarise(error: ValidationError) -> str:
+def summarise_validation_error(error: ValidationError) -> str:
+    """A validation error in one line: `where: what` for each problem."""
     parts = []
     for item in error.errors(include_url=False):
         where = ".".join(str(part) for part in item["loc"]) or "(root)"

@@ -1,4 +1,8 @@
-"""The echo environment: every step echoes its message; the reward is 0.1 per character; it never ends."""
+"""The echo environment: every step echoes its message; the reward is 0.1 per character; it never ends.
+
+As in OpenEnv's echo, a step needs no reset first, and besides `echo` it offers OpenEnv's current echo
+tools `echo_message` and `echo_with_length`, which return the same values (and earn no reward).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     RUN_INLINE = True
+    ALLOWS_STEP_BEFORE_RESET = True   # OpenEnv's echo answers a step without a reset (TRL's quick start relies on it)
     #: A few messages to echo; a task's message shapes the prompt, and `reset(message=...)` remembers it for `echoed`.
     TASKS = {"train": tuple({"message": m} for m in _TRAIN_MESSAGES), "test": tuple({"message": m} for m in _TEST_MESSAGES)}
     METRICS = (
@@ -74,3 +79,27 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
             message: The message to echo.
         """
         return self.step(EchoAction(message=message))
+
+    @tool
+    def echo_message(self, message: str) -> str:
+        """Echo back the provided message.
+
+        Args:
+            message: The message to echo back
+
+        Returns:
+            The same message that was provided
+        """
+        return message
+
+    @tool
+    def echo_with_length(self, message: str) -> dict[str, Any]:
+        """Echo back the message with its length.
+
+        Args:
+            message: The message to echo back
+
+        Returns:
+            Dictionary with the message and its length
+        """
+        return {"message": message, "length": len(message)}

@@ -10,9 +10,10 @@ import asyncio
 import resource
 import secrets
 import time
-from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
 from ..client import websocket_url
+from ..placement import parse_server_urls, spread
 from .drivers import driver_class
 from .report import ChurnResult, LoadResult, RampResult, latency_summary
 from .script import ActionTemplate, SessionScript, Tally
@@ -45,7 +46,13 @@ async def _report_progress(progress: Progress, describe: Callable[[], str]) -> N
         progress(describe())
 
 
-async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any] | None = None, client: str = "auto",
+def _label(url: str | Sequence[str]) -> str:
+    """The servers under load, for the report: one `ws://` URL, or the list / registry as given."""
+    servers = parse_server_urls(url)
+    return websocket_url(servers[0]) if len(servers) == 1 and not servers[0].endswith("/replicas") else ",".join(servers)
+
+
+async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, action: dict[str, Any] | None = None, client: str = "auto",
                    timeout_s: float = 60.0, connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY,
                    on_open: Callable[[], Awaitable[None]] | None = None,
                    on_stepped: Callable[[], Awaitable[None]] | None = None,
@@ -58,14 +65,16 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
 
     `on_open` is awaited while every session is open and before any steps, e.g. to measure the
     server's memory with all of them held; `on_stepped` once every session has finished stepping and
-    before any closes. The run stops after `timeout_s` whatever remains.
+    before any closes. The run stops after `timeout_s` whatever remains. `url` may name several
+    servers or a registry (see `envkit.placement`): the sessions are then spread over them by load.
     """
     driver_cls = driver_class(client)
-    url = websocket_url(url)
+    targets = [websocket_url(server) for server in await spread(url, sessions)]
     tally = Tally()
     template = ActionTemplate(action)
     run_id = secrets.token_hex(3)
-    drivers = [driver_cls(url, SessionScript(tally, template, run_id, index, steps)) for index in range(sessions)]
+    drivers = [driver_cls(target, SessionScript(tally, template, run_id, index, steps))
+               for index, target in enumerate(targets)]
     gate = asyncio.Semaphore(connect_concurrency)
     all_opened, start, all_stepped, closing = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
     opened = stepped = 0
@@ -124,7 +133,7 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
     cpu_window = marks.get("stepped", ended) - marks.get("steps", started)
     cpu_stepping = marks.get("stepped_cpu", cpu_ended) - marks.get("steps_cpu", cpu_started)
     return LoadResult(
-        url=url, client=driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
+        url=_label(url), client=driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
         steps=tally.steps, step_seconds=round(step_seconds, 4),
         steps_per_s=round(tally.steps / step_seconds, 1) if tally.steps else 0.0,
         step_latency_ms=latency_summary(tally.step_latencies), connect_reset_ms=latency_summary(tally.connect_latencies),
@@ -133,7 +142,7 @@ async def run_load(url: str, sessions: int, steps: int, *, action: dict[str, Any
         wall_s=round(ended - started, 3), open_seconds=round(marks.get("opened", ended) - started, 4))
 
 
-async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, steps: int = 3, budget_s: float = 60.0,
+async def run_ramp(url: str | Sequence[str], *, start: int = 64, max_sessions: int = 16384, steps: int = 3, budget_s: float = 60.0,
                    threshold: float = 0.95, action: dict[str, Any] | None = None, client: str = "auto",
                    connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY, progress: Progress | None = None) -> RampResult:
     """Double the number of sessions held open at once until fewer than `threshold` succeed.
@@ -166,18 +175,20 @@ async def run_ramp(url: str, *, start: int = 64, max_sessions: int = 16384, step
             stopped = f"reached the ramp maximum of {max_sessions} sessions"
             break
         sessions = min(sessions * 2, max_sessions)
-    return RampResult(url=websocket_url(url), client=client_name, max_sessions_held=best, threshold=threshold,
+    return RampResult(url=_label(url), client=client_name, max_sessions_held=best, threshold=threshold,
                       stopped_because=stopped, levels=levels, wall_s=round(time.perf_counter() - began, 2))
 
 
-async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str = "auto",
+async def run_churn(url: str | Sequence[str], seconds: float, *, workers: int = 16, client: str = "auto",
                     progress: Progress | None = None) -> ChurnResult:
     """`workers` loops each opening a session, resetting it and closing it, again and again, for `seconds`.
 
-    `client="auto"` picks the raw client for `ws://` URLs: opening connections is its strength.
+    `client="auto"` picks the raw client for `ws://` URLs: opening connections is its strength. With
+    several servers, each loop keeps to the server it was given (spread by load at the start).
     """
-    url = websocket_url(url)
-    driver_cls = driver_class("raw" if client == "auto" and url.startswith("ws://") else client)
+    targets = [websocket_url(server) for server in await spread(url, workers)]
+    plain = all(target.startswith("ws://") for target in targets)
+    driver_cls = driver_class("raw" if client == "auto" and plain else client)
     tally = Tally()
     template = ActionTemplate()
     run_id = secrets.token_hex(3)
@@ -187,7 +198,7 @@ async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str 
     async def loop(worker: int) -> None:
         count = 0
         while time.perf_counter() < deadline:
-            driver = driver_cls(url, SessionScript(tally, template, run_id, worker * 1_000_000 + count, 0))
+            driver = driver_cls(targets[worker], SessionScript(tally, template, run_id, worker * 1_000_000 + count, 0))
             await driver.open()
             await driver.close()
             count += 1
@@ -204,7 +215,7 @@ async def run_churn(url: str, seconds: float, *, workers: int = 16, client: str 
         if reporter is not None:
             reporter.cancel()
     elapsed = time.perf_counter() - began
-    return ChurnResult(url=url, client=driver_cls.name, workers=workers, sessions=tally.sessions_ok,
+    return ChurnResult(url=_label(url), client=driver_cls.name, workers=workers, sessions=tally.sessions_ok,
                        seconds=round(elapsed, 3), sessions_per_s=round(tally.sessions_ok / elapsed, 1),
                        connect_reset_ms=latency_summary(tally.connect_latencies), failures=dict(tally.failures),
                        loadgen_cpu=round((time.process_time() - cpu_began) / elapsed, 3))

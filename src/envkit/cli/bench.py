@@ -35,7 +35,9 @@ def _progress_printer(enabled: bool) -> Any:
 
 
 @click.command("bench")
-@click.option("--url", required=True, help="The server: ws://HOST:PORT, http://HOST:PORT or either ending in /ws.")
+@click.option("--url", "urls", required=True, multiple=True,
+              help="The server: ws://HOST:PORT, http://HOST:PORT or either ending in /ws. Several (repeat the flag "
+                   "or separate with commas) or a registry (http://HEAD:PORT/replicas): sessions are spread by load.")
 @click.option("--sessions", type=click.IntRange(min=1), default=64, show_default=True,
               help="Concurrent sessions (churn: concurrent open/close loops).")
 @click.option("--steps", type=click.IntRange(min=0), default=100, show_default=True,
@@ -60,7 +62,7 @@ def _progress_printer(enabled: bool) -> Any:
               help="WebSocket handshakes in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
-def command(url: str, sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
+def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
             budget: float, churn: float | None, hold: float, timeout: float, client: str, connect_concurrency: int,
             as_json: bool, quiet: bool) -> None:
     """Load a running server with concurrent sessions: steps/s, latency, failures and correctness.
@@ -75,7 +77,14 @@ def command(url: str, sessions: int, steps: int, action_json: str | None, ramp: 
       envkit bench --url ws://127.0.0.1:8001 --sessions 64 --steps 200
       envkit bench --url ws://127.0.0.1:8001 --ramp --budget 60 --json
       envkit bench --url ws://127.0.0.1:8001 --churn 5 --sessions 16
+      envkit bench --url http://127.0.0.1:8001,http://127.0.0.1:8002 --sessions 128
     """
+    from ..placement import parse_server_urls
+
+    try:
+        url = ",".join(parse_server_urls(urls))
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--url") from None
     from ..bench import run_churn, run_load, run_ramp, run_sync
     from ..bench.drivers import driver_class
 

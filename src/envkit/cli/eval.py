@@ -18,7 +18,9 @@ from .train import _json_mapping
               help="Environment: a bundled env (echo, wordle, catch), an env folder or module:Class. Its tasks and "
                    "metrics are read here; without --env-url it is also served here. Repeatable.")
 @click.option("--env-url", "env_url", multiple=True, metavar="URL",
-              help="Play against a running server instead (pairs with --env names in order). Repeatable.")
+              help="Play against a running server instead (pairs with --env names in order). Repeatable. One "
+                   "environment on several servers: separate their URLs with commas or give a registry "
+                   "(http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
 @click.option("--model", "models", multiple=True, metavar="MODEL",
               help="A local folder, a Hub id, or 'tiny' (the model `envkit train` starts from); with --openai-url, "
                    "the name the chat server serves. Repeat for one row each.")

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError
+from .scale_out import ScaleOut, scale_out_options
 
 
 @click.command("serve")
@@ -28,15 +29,17 @@ from ..errors import ConfigurationError
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route, the Open Reward Standard included) or picows "
-                   "(about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics only, no Open "
-                   "Reward Standard; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route: /mcp and the Open Reward Standard included) or "
+                   "picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics only: no "
+                   "/mcp, no Open Reward Standard; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
+@scale_out_options
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str) -> None:
+            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str,
+            scale_out: ScaleOut) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
-    over the Open Reward Standard at the root (/create_session, /create, /call, /tasks, ...).
+    to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
@@ -48,7 +51,10 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve ./my_env
       envkit serve my_package.env:MyEnvironment --session-timeout 60
       envkit serve echo --transport picows --max-concurrent-envs 1024
+      envkit serve echo --workers 4 --max-concurrent-envs 256
+      envkit serve echo --ray 10.0.0.1:6379 --replicas 8 --num-cpus 1
     """
+    scale_out.check(transport)
     from ..serving import app_from_environment, resolve_target
 
     if transport == "picows":
@@ -75,6 +81,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         raise click.UsageError(str(error)) from None
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if scale_out.requested:
+        return scale_out.serve(target, resolved, settings, host, port, log_level)
 
     def announce(bound_port: int) -> None:
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "

@@ -31,7 +31,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
                    "Repeat for several (rows are routed per environment). [default: echo]")
 @click.option("--env-url", "env_url", multiple=True, metavar="URL",
               help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
-                   "with --env names in order.")
+                   "with --env names in order. One environment on several servers: separate their URLs with commas "
+                   "or give a registry (http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
 @click.option("--model", default=None, metavar="MODEL",
               help="'tiny' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a Hub "
                    "id. [default: tiny]")
