@@ -284,7 +284,8 @@ class SessionHandler:
             kind, data = decode_frame(raw)
             if kind == "step":
                 observation = self._checked(await session.step(self._action(session, data)), "step")
-                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
+                return observation_frame(observation, with_text=features.text,
+                                         metrics=self._metrics(session, features) if features.metrics else None)
             if kind == "call":
                 return await self._call(session, data, features)
             if kind == "reset":
