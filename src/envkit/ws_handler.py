@@ -11,10 +11,11 @@ each with a close code that says why.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from pydantic import ValidationError
 from starlette.types import Receive, Send
@@ -39,13 +40,21 @@ from .protocol import (
 from .sessions import Session, SessionPool
 from .tools import ToolSpec
 
+if TYPE_CHECKING:
+    from .inline_answers import InlineAnswers
+
 logger = logging.getLogger("envkit.server")
 
 #: `/ws?session_id=ID` attaches the socket to a session opened over HTTP (`/mcp`'s `openenv/session/create`),
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER"]
+__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER",
+           "INLINE_FRAMES"]
+
+#: ASGI scope extension a transport may offer: `answer_inline(handler, session, features) -> InlineAnswers` makes
+#: it answer the session's frames in its own callbacks (`uvicorn_protocols`); taken for `RUN_INLINE` environments.
+INLINE_FRAMES = "envkit.inline_frames"
 
 
 class Refusal(NamedTuple):
@@ -118,6 +127,7 @@ class SessionHandler:
             await _refuse(websocket, self.refusal())
             return
         session: Session | None = None
+        inline: InlineAnswers | None = None
         try:
             try:
                 env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
@@ -132,13 +142,20 @@ class SessionHandler:
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
             features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            answer_inline = (websocket.scope.get("extensions") or {}).get(INLINE_FRAMES) if self.inline_factory else None
+            if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
+                inline = answer_inline(self, session, features)
             while session.ended is None:
                 message = await receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
-                reply = await self.handle(session, raw if raw is not None else message.get("bytes") or b"",
-                                          features=features)
+                if raw is None:
+                    raw = message.get("bytes") or b""
+                if inline is not None:   # a frame queued before the transport took over
+                    inline.on_message(raw)
+                    continue
+                reply = await self.handle(session, raw, features=features)
                 if reply is None or session.ended is not None:
                     return
                 await send({"type": "websocket.send", "text": reply})
@@ -146,6 +163,8 @@ class SessionHandler:
             return
         finally:
             try:
+                if inline is not None and inline.answering is not None:   # a frame that had to wait finishes first
+                    await asyncio.wait({inline.answering})
                 if session is not None:
                     await session.end(CloseCode.NORMAL, "session closed")
             finally:
