@@ -165,6 +165,15 @@ def test_text_feature_in_the_handshake_adds_rendered_text(echo_url: str) -> None
         assert "text" not in ask(plain, {"type": "reset"})["data"]
 
 
+def test_text_feature_in_the_query_string_serves_browsers(echo_url: str) -> None:
+    """Browsers cannot set WebSocket handshake headers, so `/ws?features=text` asks the same."""
+    with connect(websocket_url(echo_url) + "?api_key=k&features=text", proxy=None) as sock:
+        assert ask(sock, {"type": "reset"})["data"]["text"] == "Echo environment ready!"
+        assert ask(sock, {"type": "step", "data": {"message": "hi"}})["data"]["text"] == "hi"
+    with connect(websocket_url(echo_url) + "?features=other", proxy=None) as plain:
+        assert "text" not in ask(plain, {"type": "reset"})["data"]
+
+
 @pytest.mark.parametrize("env_name", ["echo (answered on the event loop)", "counter (answered on worker threads)"])
 def test_frames_sent_without_waiting_are_answered_in_order(echo_url: str, counter_url: str, env_name: str) -> None:
     url, step, read = ((echo_url, lambda i: {"message": "m" * i}, lambda obs: obs["message_length"])

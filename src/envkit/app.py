@@ -19,6 +19,7 @@ from .ors import OrsSurface
 from .routes import Documents, build_router
 from .sessions import SessionPool
 from .tools import tool_specs
+from .web import mount_web
 from .ws_handler import SessionHandler
 
 __all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
@@ -68,6 +69,9 @@ def create_app(
             freeing the slot well before `session_timeout_s`.
         ping_timeout_s: seconds to wait for the pong.
         metadata: extra fields for `/metadata`.
+
+    Besides `/ws` and the HTTP documents, the app serves a page at `/web` to play the environment
+    and replay transcripts in a browser (`/` redirects there; see `envkit.web`).
 
     Raises:
         ConfigurationError: settings that cannot work, e.g. concurrency the environment does not support.
@@ -119,6 +123,7 @@ def create_app(
     app.add_api_websocket_route("/ws", handler)
     mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
     app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    documents.metadata["web"] = mount_web(app, env_class)
     return app
 
 

@@ -9,7 +9,8 @@ pings come from the session pool's one sweep over all sessions).
 
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served
 over HTTP (no `/docs`, no middleware, none of the surfaces in `NOT_SERVED`: no `/mcp`, no Open Reward
-Standard routes; `/metadata` says so), and the environment factory runs in the handshake on the event
+Standard routes, no `/web` page; `/metadata` says so, and `/` and `/web` answer 404 naming the uvicorn
+transport), and the environment factory runs in the handshake on the event
 loop for every environment (the handshake's headers depend on it), so an environment whose
 constructor is slow stalls other sessions while it runs and is better served by uvicorn. At
 capacity a connection waits (`capacity_wait_s`) only when a session is closing, since the wait must
@@ -52,6 +53,7 @@ from .inline_answers import InlineAnswers, run_eagerly
 from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
+from .web import WEB_PATH
 from .ws_handler import ATTACH_PARAMETER, Refusal, SessionHandler
 
 __all__ = ["PicowsServer", "run_picows", "running_picows"]
@@ -281,10 +283,13 @@ class WaitingListener(MessageListener):
 
 
 #: The app's surfaces this transport does not serve; `/metadata` lists them under `not_served`.
-NOT_SERVED = ("/mcp", "Open Reward Standard routes")
+NOT_SERVED = ("/mcp", "Open Reward Standard routes", "/web")
 #: What `/metadata` says about the Open Reward Standard here.
 ORS_NOT_SERVED = {"served": False, "why": "the picows transport serves /ws and the JSON documents only; serve with "
                   "--transport uvicorn (the default) for the Open Reward Standard routes"}
+#: What `/metadata` says about the `/web` page here, and what `/` and `/web` answer.
+WEB_NOT_SERVED = {"served": False, "why": "the picows transport serves no /web page; serve with --transport uvicorn "
+                  "(the default) to play and replay in a browser"}
 
 
 class PicowsServer:
@@ -299,7 +304,8 @@ class PicowsServer:
         self.max_frame_bytes = max_frame_bytes
         self.pages = {b"/schema": orjson.dumps(self.documents.schema),
                       b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
-                                                  "transport": "picows", "not_served": list(NOT_SERVED)}),
+                                                  "web": WEB_NOT_SERVED, "transport": "picows",
+                                                  "not_served": list(NOT_SERVED)}),
                       b"/tools": orjson.dumps(self.documents.tools)}
         self.server: asyncio.Server | None = None
 
@@ -313,6 +319,9 @@ class PicowsServer:
                 return _refused(Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message),
                                         CloseCode.SESSION_UNAVAILABLE, "session unavailable", message))
             return self._open_session(request)
+        if path == b"/" or path == WEB_PATH.encode() or path.startswith(WEB_PATH.encode() + b"/"):
+            return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": WEB_NOT_SERVED["why"]}),
+                                                                 _JSON))
         if path.decode("latin-1") in NOT_SERVED:
             detail = f"the picows transport does not serve {path.decode('latin-1')}; serve with --transport uvicorn"
             return _http(WSUpgradeResponse.create_error_response(404, orjson.dumps({"detail": detail}), _JSON))
@@ -338,7 +347,7 @@ class PicowsServer:
             pool.metrics.bad_client_input("bad_handshake", str(error))
             body = orjson.dumps({"detail": f"{error}; /ws takes WebSocket connections only"})
             return _http(WSUpgradeResponse.create_error_response(400, body, _JSON))
-        features = Features.parse(request.headers.get(FEATURES_HEADER, ""))
+        features = Features.parse(request.headers.get(FEATURES_HEADER, ""), request.path.partition(b"?")[2])
         if not pool.try_reserve():
             if pool.capacity_wait_s > 0 and not pool.shutting_down and pool.closing > pool.waiting_for_slots:
                 session_id = new_session_id()   # a slot is on its way back: wait for it (see WaitingListener)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -26,7 +27,7 @@ from .environment import Observation
 from .model_codec import dump
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
     "FrameError", "decode_frame", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
     "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]
@@ -37,6 +38,9 @@ REFUSED_HEADER = "x-envkit-refused"
 #: Sent by a client with the handshake: the envkit additions it wants in reply frames (see `Features`). Plain OpenEnv
 #: clients do not send it and get plain frames.
 FEATURES_HEADER = "x-envkit-features"
+#: The same request as a query parameter of the `/ws` URL (`/ws?features=text`), for browsers: they cannot set
+#: WebSocket handshake headers.
+FEATURES_QUERY = "features"
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,13 @@ class Features:
     metrics: bool = False
 
     @classmethod
-    def parse(cls, header: str) -> Features:
-        """The features named in a header value such as `"text, metrics"`; unknown names are ignored."""
-        names = {name.strip() for name in header.split(",")}
+    def parse(cls, header: str, query: str | bytes = "") -> Features:
+        """The features named in a header value such as `"text, metrics"`, and in the `features` parameters of
+        the connection URL's `query` string (`features=text`); unknown names are ignored."""
+        values = [header]
+        if query:
+            values += parse_qs(query.decode("latin-1") if isinstance(query, bytes) else query).get(FEATURES_QUERY, [])
+        names = {name.strip() for value in values for name in value.split(",")}
         return cls(text="text" in names, metrics="metrics" in names)
 
 

@@ -50,7 +50,7 @@ logger = logging.getLogger("envkit.server")
 ATTACH_PARAMETER = "session_id"
 
 __all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER",
-           "INLINE_FRAMES"]
+           "reset_method", "INLINE_FRAMES"]
 
 #: ASGI scope extension a transport may offer: `answer_inline(handler, session, features) -> InlineAnswers` makes
 #: it answer the session's frames in its own callbacks (`uvicorn_protocols`); taken for `RUN_INLINE` environments.
@@ -78,11 +78,15 @@ class SessionRefused(Exception):
         self.refusal = refusal
 
 
+def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
+    """The method that serves `reset` frames: `reset_async` when the class overrides it, else `reset`."""
+    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+
+
 def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
     """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
     name of its bound first parameter (`self`), which no keyword can reach."""
-    method = env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
-    parameters = list(inspect.signature(method).parameters.values())
+    parameters = list(inspect.signature(reset_method(env_class)).parameters.values())
     bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
     names = set()
     for param in parameters[1:]:
@@ -141,7 +145,8 @@ class SessionHandler:
             session = Session(pool, env, close_socket)
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
             pool.add(session)
-            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
+                                      websocket.scope.get("query_string", b""))
             answer_inline = (websocket.scope.get("extensions") or {}).get(INLINE_FRAMES) if self.inline_factory else None
             if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
                 inline = answer_inline(self, session, features)
@@ -186,7 +191,8 @@ class SessionHandler:
         session.close_socket = close_socket   # reaping and shutdown now close this socket with their code
         try:
             await websocket.accept(headers=[(SESSION_ID_HEADER.encode(), session.id.encode())])
-            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""))
+            features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
+                                      websocket.scope.get("query_string", b""))
             while session.ended is None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":

@@ -29,9 +29,9 @@ from .scale_out import ScaleOut, scale_out_options
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route: /mcp and the Open Reward Standard included) or "
-                   "picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics only: no "
-                   "/mcp, no Open Reward Standard; needs envkit[bench]).")
+              help="Server machinery: uvicorn (FastAPI, every route: /mcp, the Open Reward Standard and the /web page "
+                   "included) or picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics "
+                   "only: no /mcp, no Open Reward Standard, no /web page; needs envkit[bench]).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 @scale_out_options
@@ -40,6 +40,9 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
             scale_out: ScaleOut) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
     to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
+
+    With the default uvicorn transport, http://HOST:PORT/web (and / redirects there) is a page to
+    play the environment in a browser and to replay transcripts; the picows transport has no page.
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
@@ -88,5 +91,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
+        if transport == "uvicorn":
+            click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
     serve(app, host, port, on_started=announce)

@@ -1,0 +1,143 @@
+"""The /web surface over HTTP: the page and its files, its JSON routes, `/` → `/web`, and picows saying it has no page.
+
+What the page does in a browser is tested in a real Chromium in test_web_browser.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from typing import Any, Iterator, Literal
+
+import httpx
+import pytest
+
+from envkit import Action, Environment, Observation, State, create_app
+from envkit.serving import app_from_environment, resolve_target
+from envkit.testing import running_server
+from envkit.web import STATIC_DIR, reset_schema
+
+
+class PuzzleAction(Action):
+    move: str
+
+
+class PuzzleObservation(Observation):
+    board: str = ""
+
+
+class PuzzleEnvironment(Environment[PuzzleAction, PuzzleObservation, State]):
+    """A puzzle whose reset takes every kind of argument."""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, size: int = 3,
+              mode: Literal["fast", "slow"] = "fast", shape: tuple[int, int] | None = None, *,
+              strict: bool, start: object = object(), **options: Any) -> PuzzleObservation:
+        """Start a puzzle.
+
+        Args:
+            size: Side of the board.
+            strict: Whether bad moves end the game.
+        """
+        return PuzzleObservation(board="." * size)
+
+    def step(self, action: PuzzleAction) -> PuzzleObservation:
+        return PuzzleObservation(board=action.move)
+
+    @property
+    def state(self) -> State:
+        return State()
+
+
+@pytest.fixture(scope="module")
+def wordle_url() -> Iterator[str]:
+    target = resolve_target("wordle")
+    with running_server(app_from_environment(target.env_class, env_name="wordle")) as url:
+        yield url
+
+
+def test_root_redirects_to_the_page_and_the_page_loads_only_its_own_files(wordle_url: str) -> None:
+    with httpx.Client(base_url=wordle_url, trust_env=False) as http:
+        redirect = http.get("/")
+        assert redirect.status_code == 307 and redirect.headers["location"] == "/web"
+        page = http.get("/web")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        for asset in re.findall(r'(?:href|src)="(web/static/[^"]+)"', page.text):
+            served = http.get("/" + asset)
+            assert served.status_code == 200, asset
+        scripts = {path.name for path in STATIC_DIR.glob("*.js")}
+        for script in scripts:   # every module the page imports is served, with a JavaScript type
+            response = http.get(f"/web/static/{script}")
+            assert response.status_code == 200 and "javascript" in response.headers["content-type"]
+        assert http.get("/web/static/nothing.js").status_code == 404
+        assert http.get("/metadata").json()["web"] == {"served": True, "path": "/web"}
+
+
+def test_the_page_fetches_nothing_from_elsewhere_and_never_parses_text_as_markup() -> None:
+    """The page must work offline (a Space) and render untrusted transcripts and observations as text only."""
+    for path in STATIC_DIR.iterdir():
+        text = path.read_text()
+        assert not re.search(r"https?://|//cdn|@import", text), f"{path.name} refers to another server"
+        if path.suffix == ".js":
+            for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+                assert sink not in text, f"{path.name} uses {sink}"
+    imports = set(re.findall(r'from "\./([\w.-]+)"', "".join(p.read_text() for p in STATIC_DIR.glob("*.js"))))
+    assert imports <= {path.name for path in STATIC_DIR.glob("*.js")}
+
+
+def test_reset_arguments_route_describes_what_reset_takes(wordle_url: str) -> None:
+    with httpx.Client(base_url=wordle_url, trust_env=False) as http:
+        schema = http.get("/web/reset-arguments").json()
+        properties = schema["properties"]
+        assert list(properties) == ["seed", "episode_id", "word", "secret_index"]
+        assert properties["seed"] == {"type": "integer", "nullable": True}
+        assert properties["word"]["type"] == "string"
+        assert schema["required"] == [] and schema["additionalProperties"] is False
+        # the page's task picker reads the splits and tasks the Open Reward Standard routes serve
+        assert [split["name"] for split in http.get("/splits").json()] == ["train", "test"]
+        assert len(http.post("/tasks", json={"split": "test"}).json()["tasks"]) == 35
+
+
+def test_reset_schema_follows_the_signature_and_docstring() -> None:
+    schema = reset_schema(PuzzleEnvironment)
+    properties = schema["properties"]
+    assert properties["size"] == {"type": "integer", "description": "Side of the board.", "default": 3}
+    assert properties["mode"] == {"type": "string", "enum": ["fast", "slow"], "default": "fast"}
+    assert properties["shape"] == {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}],
+                                   "nullable": True}
+    assert properties["strict"] == {"type": "boolean", "description": "Whether bad moves end the game."}
+    assert schema["required"] == ["strict"] and schema["additionalProperties"] is True
+    assert properties["start"] == {}   # no JSON schema for its type, and a default JSON cannot hold
+    assert "options" not in properties
+
+
+def test_reset_arguments_of_an_open_ended_reset_are_served() -> None:
+    app = create_app(PuzzleEnvironment, PuzzleAction, PuzzleObservation)
+    with running_server(app) as url, httpx.Client(base_url=url, trust_env=False) as http:
+        served = http.get("/web/reset-arguments").json()
+        assert served == reset_schema(PuzzleEnvironment) and served["additionalProperties"] is True
+        assert http.get("/web").status_code == 200
+
+
+def test_picows_serves_no_page_and_says_so() -> None:
+    target = resolve_target("echo")
+    with running_server(app_from_environment(target.env_class, env_name="echo"), transport="picows") as url:
+        with httpx.Client(base_url=url, trust_env=False) as http:
+            metadata = http.get("/metadata").json()
+            assert metadata["web"]["served"] is False and "--transport uvicorn" in metadata["web"]["why"]
+            assert "/web" in metadata["not_served"]
+            for path in ("/", "/web", "/web/static/main.js", "/web/reset-arguments"):
+                answer = http.get(path)
+                assert answer.status_code == 404
+                assert answer.json()["detail"] == ("the picows transport serves no /web page; serve with --transport "
+                                                   "uvicorn (the default) to play and replay in a browser")
+            assert http.get("/health").json()["status"] == "healthy"
+
+
+def test_serve_help_says_picows_has_no_page() -> None:
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "serve", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0
+    assert "no /web page" in " ".join(done.stdout.split())
