@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 ORDER = ["envkit", "envkit-picows", "openenv", "fastapi", "picows"]
-SURFACE_LABELS = {"ws": "`/ws` step", "mcp": "MCP `tools/call` (`/mcp`)", "ors": "ORS `/call` (server-sent events)"}
+SURFACE_LABELS = {"ws": "`/ws` step", "mcp": "MCP `tools/call` (`/mcp`)", "ors": "ORS `/call` (server-sent events)",
+                  "http-floor": "a bare Starlette POST route (the floor of an HTTP call)"}
 
 
 def _median(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float | None]) -> float | None:
@@ -76,7 +77,7 @@ def tables(report: dict[str, Any]) -> str:
     surfaces = report.get("surfaces")
     if surfaces:
         lines += ["", f"Surfaces of envkit (uvicorn), {surfaces['sessions']} sessions, {surfaces['rounds']} interleaved "
-                  "round(s), medians: one step or tool call each", "",
+                  "round(s), medians: one step or tool call each (and a bare Starlette POST route beside them)", "",
                   "| surface | calls/s | p99 ms | server CPU µs/call | ÷ `/ws` step (CPU, paired) |",
                   "| --- | ---: | ---: | ---: | ---: |"]
         ws = surfaces["runs"].get("ws") or []

@@ -224,18 +224,26 @@ def load_matrix(servers: list[Server], levels: list[int], rounds: int, total: in
 
 
 def surface_matrix(server: Server, rounds: int, sessions: int, calls: int) -> dict[str, Any]:
-    """A `/ws` step, an MCP `tools/call` and an ORS `/call` of the echo tool on one envkit server, interleaved."""
-    runs: dict[str, list] = {protocol: [] for protocol in SURFACES}
-    for protocol in SURFACES:
-        run_sync(run_load(server.url, 16, 20, protocol=protocol))  # warm up
-    for round_index in range(rounds):
-        for protocol in SURFACES[round_index % len(SURFACES):] + SURFACES[:round_index % len(SURFACES)]:
-            run = measured_load(server, sessions, calls, protocol)
-            runs[protocol].append(run)
-            print(f"  round {round_index + 1} {server.label} over {protocol:>3}, {sessions} sessions: "
-                  f"{run['steps_per_s']:>9,.0f} calls/s  p99 {run['step_latency_ms']['p99']} ms  "
-                  f"server {run['server_cpu_us_per_step_stepping']} us/call  ok {run['sessions_ok']}/{sessions}  "
-                  f"mismatches {run['mismatches']}", flush=True)
+    """A `/ws` step, an MCP `tools/call` and an ORS `/call` of the echo tool on one envkit server, and a POST to a
+    bare Starlette route (the floor of any HTTP call on this stack), interleaved."""
+    floor = Server("http-floor", "bare Starlette POST", [sys.executable, "starlette_post.py", "--port", "{port}"],
+                   server.log_dir)
+    floor.start()
+    targets = [(protocol, server, protocol) for protocol in SURFACES] + [("http-floor", floor, "mcp")]
+    runs: dict[str, list] = {name: [] for name, _, _ in targets}
+    try:
+        for _, target, protocol in targets:
+            run_sync(run_load(target.url, 16, 20, protocol=protocol))  # warm up
+        for round_index in range(rounds):
+            for name, target, protocol in targets[round_index % len(targets):] + targets[:round_index % len(targets)]:
+                run = measured_load(target, sessions, calls, protocol)
+                runs[name].append(run)
+                print(f"  round {round_index + 1} {target.label} over {protocol:>3}, {sessions} sessions: "
+                      f"{run['steps_per_s']:>9,.0f} calls/s  p99 {run['step_latency_ms']['p99']} ms  "
+                      f"server {run['server_cpu_us_per_step_stepping']} us/call  ok {run['sessions_ok']}/{sessions}  "
+                      f"mismatches {run['mismatches']}", flush=True)
+    finally:
+        floor.stop()
     return {"sessions": sessions, "rounds": rounds, "runs": runs}
 
 
