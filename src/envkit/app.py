@@ -118,11 +118,12 @@ def create_app(
     app.state.envkit_metrics = metrics
     ors = OrsSurface(name, env_class, handler)
     documents.metadata["ors"] = ors.metadata
-    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
-    app.include_router(ors.router())
+    # The per-call routes come first: FastAPI tries routes in order, and the ORS router holds dozens.
     app.add_api_websocket_route("/ws", handler)
     mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
     app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     documents.metadata["web"] = mount_web(app, env_class)
     return app
 
