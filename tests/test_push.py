@@ -32,6 +32,7 @@ from envkit.testing import running_server
 
 TOKEN = "hf_standin_secret_0123456789"
 ECHO_FILES = ["Dockerfile", "README.md", "echo_env/__init__.py", "echo_env/environment.py", "echo_env/models.py",
+              "echo_env/policies.py",
               "echo_env/server.py", "pyproject.toml"]
 
 
@@ -174,6 +175,7 @@ class StandInHub:
         self.created: list[dict[str, Any]] = []
         self.commits: list[dict[str, bytes]] = []
         self.validated: list[dict[str, str]] = []
+        self.secrets: list[dict[str, str]] = []
         self.app = FastAPI()
         self.app.add_api_route("/{path:path}", self.handle, methods=["GET", "POST"])
         self.refuse_creation = refuse_creation
@@ -192,6 +194,9 @@ class StandInHub:
             self.created.append(json.loads(body))
             repo = f"{self.created[-1]['organization']}/{self.created[-1]['name']}"
             return {"url": f"{base}/spaces/{repo}", "name": repo}
+        if path.endswith("/secrets"):
+            self.secrets.append(json.loads(body))
+            return {}
         if path == "api/validate-yaml":  # the Hub checks a README's front matter before the commit
             self.validated.append(json.loads(body))
             return {"errors": [], "warnings": []}
@@ -243,6 +248,35 @@ def test_push_to_a_named_public_space(echo_copy: Path, tmp_path: Path, hub: tupl
     assert ("GET", "api/whoami-v2") not in stand_in.calls
     assert stand_in.created[0]["organization"] == "team" and stand_in.created[0]["name"] == "echo-demo"
     assert stand_in.created[0]["visibility"] == "public"
+
+
+def test_push_sets_the_api_key_as_a_space_secret_before_uploading(echo_copy: Path, tmp_path: Path,
+                                                                  hub: tuple[StandInHub, str]) -> None:
+    """The stand-in Hub records the secret; the key is sent to it alone and printed nowhere."""
+    stand_in, url = hub
+    key = "space-key-5d1e0b"
+    done = envkit("push", str(echo_copy), "--api-key-env", "MY_SPACE_KEY",
+                  env={**hub_env(tmp_path, url), "MY_SPACE_KEY": key})
+    assert done.returncode == 0, done.stderr
+    assert [{"key": secret["key"], "value": secret["value"]} for secret in stand_in.secrets] == [
+        {"key": "ENVKIT_API_KEY", "value": key}]
+    methods = [call for call in stand_in.calls if call[1].endswith(("/secrets", "/commit/main"))]
+    assert methods == [("POST", "api/spaces/alice/echo/secrets"), ("POST", "api/spaces/alice/echo/commit/main")]
+    assert key not in done.stdout + done.stderr and "warning" not in done.stderr
+    assert "X-API-Key" in done.stdout
+
+
+def test_push_warns_when_it_publishes_a_public_space_without_a_key(echo_copy: Path, tmp_path: Path,
+                                                                   hub: tuple[StandInHub, str]) -> None:
+    stand_in, url = hub
+    done = envkit("push", str(echo_copy), env=hub_env(tmp_path, url))
+    assert done.returncode == 0, done.stderr
+    assert "warning: this publishes a public Space without an API key" in done.stderr
+    assert stand_in.secrets == []
+    private = envkit("push", str(echo_copy), "--private", env=hub_env(tmp_path, url))
+    assert private.returncode == 0 and "warning" not in private.stderr
+    unset = envkit("push", str(echo_copy), "--api-key-env", "NO_SUCH_KEY_VARIABLE", env=hub_env(tmp_path, url))
+    assert unset.returncode == 2 and "NO_SUCH_KEY_VARIABLE is not set or empty" in unset.stderr
 
 
 def test_a_refusal_from_the_hub_is_reported_without_the_token(echo_copy: Path, tmp_path: Path) -> None:

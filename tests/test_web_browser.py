@@ -339,23 +339,32 @@ def test_a_session_the_server_ended_is_not_silently_replaced(page: Page) -> None
         expect(page.locator("#observation-text")).to_have_text("still there?")
 
 
-def test_api_key_travels_with_every_request(page: Page, echo_url: str) -> None:
+def test_a_server_with_an_api_key_is_played_after_the_key_is_typed_in(page: Page) -> None:
+    """The page itself loads without a key; typed in, the key reaches every document and the WebSocket (as a
+    session cookie, since browsers cannot set WebSocket headers), never the URL or lasting storage."""
     sockets: list[str] = []
     keyed: dict[str, str | None] = {}
     page.on("websocket", lambda socket: sockets.append(socket.url))
     page.on("request", lambda request: keyed.__setitem__(request.url.split("/", 3)[3], request.headers.get("x-api-key")))
-    open_page(page, echo_url)
-    page.evaluate("() => { document.getElementById('reset-button').dataset.before = 'key'; }")
-    page.fill("#api-key", "s3cret key")
-    page.press("#api-key", "Enter")   # `change`: the documents are fetched again, with the key, and the view rebuilt
-    page.click("#reset-button:not([data-before])")
-    expect(page.locator("#session-status")).to_have_text("session open")
-    for path in ("metadata", "schema", "tools", "web/reset-arguments", "splits", "tasks"):
-        assert keyed[path] == "s3cret key", path
-    assert sockets[-1].endswith("/ws?features=text%2Cmetrics&api_key=s3cret+key")
-    page.reload()   # kept for the browser tab's session, not written to disk
-    expect(page.locator("#api-key")).to_have_value("s3cret key")
-    assert page.evaluate("() => localStorage.length") == 0
+    with serve("echo", max_concurrent_envs=8, api_keys=["s3cret key"]) as url:
+        page.goto(url + "/web")
+        expect(page.locator("body")).to_contain_text("enter the server's API key")
+        page.fill("#api-key", "s3cret key")
+        page.press("#api-key", "Enter")   # `change`: the documents are fetched again, with the key, and the view rebuilt
+        page.click("#reset-button")
+        expect(page.locator("#session-status")).to_have_text("session open")
+        page.fill("#step-message", "keyed")
+        page.click("#step-button")
+        expect(page.locator("#observation-text")).to_have_text("keyed")
+        for path in ("metadata", "schema", "tools", "web/reset-arguments", "splits", "tasks"):
+            assert keyed[path] == "s3cret key", path
+        assert "s3cret" not in sockets[-1] and "key" not in sockets[-1].split("?", 1)[1]
+        page.reload()   # kept for the browser tab's session, not written to disk
+        expect(page.locator("#api-key")).to_have_value("s3cret key")
+        assert page.evaluate("() => localStorage.length") == 0
+        page.fill("#api-key", "wrong")
+        page.press("#api-key", "Enter")
+        expect(page.locator("body")).to_contain_text("HTTP 401")
 
 
 def load_transcripts(page: Page, *paths: Path) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .environment import Action, Environment, Observation, State, UnknownSplitError
 from .errors import (
+    AuthenticationError,
     CapacityError,
     ClientError,
     ConfigurationError,
@@ -39,7 +40,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "Action", "CapacityError", "ClientError", "ConfigurationError", "EnvClient", "EnvConnectionError", "EnvError",
+    "Action", "AuthenticationError", "CapacityError", "ClientError", "ConfigurationError", "EnvClient",
+    "EnvConnectionError", "EnvError",
     "Environment", "EnvkitError", "Metric", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
     "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnknownSplitError", "create_app", "run_server", "tool",
     "tool_specs", "__version__",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import typing
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from fastapi import FastAPI
-from starlette.types import Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from .access import API_KEY_ENV, AccessPolicy, AccessRefusal
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
 from .episode_metrics import check_metrics
@@ -17,12 +20,13 @@ from .mcp import McpEndpoint
 from .metrics import ServerMetrics
 from .ors import OrsSurface
 from .routes import Documents, build_router
-from .sessions import SessionPool
+from .sessions import SessionPool, current_client
 from .tools import tool_specs
 from .web import mount_web
 from .ws_handler import SessionHandler
 
 __all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
+
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
@@ -46,6 +50,11 @@ def create_app(
     ping_interval_s: float | None = 20.0,
     ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
+    api_keys: Iterable[str] | None = None,
+    allowed_origins: Iterable[str] = (),
+    allowed_hosts: Iterable[str] | None = None,
+    forwarded_allow_ips: Iterable[str] = (),
+    max_sessions_per_client: int | None = None,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
 
@@ -69,6 +78,13 @@ def create_app(
             freeing the slot well before `session_timeout_s`.
         ping_timeout_s: seconds to wait for the pong.
         metadata: extra fields for `/metadata`.
+        api_keys: keys required on every route but `/health` (`X-API-Key` or `Authorization: Bearer`); None: the
+            key in `$ENVKIT_API_KEY` if set, else none; `[]`: no key even if that variable is set.
+        allowed_origins: origins whose browser pages may connect besides the server's own (`*`: any).
+        allowed_hosts: `Host` names served (DNS-rebinding protection); None: loopback names when the server binds
+            to a loopback address, any otherwise.
+        forwarded_allow_ips: proxies (IPs, networks, `private`, `*`) whose `X-Forwarded-For` names the client.
+        max_sessions_per_client: sessions one client address may hold at once (None: no limit).
 
     Besides `/ws` and the HTTP documents, the app serves a page at `/web` to play the environment
     and replay transcripts in a browser (`/` redirects there; see `envkit.web`).
@@ -99,10 +115,15 @@ def create_app(
     if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
         raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
                                  f"{ping_interval_s} and {ping_timeout_s}")
+    if max_sessions_per_client is not None and max_sessions_per_client < 1:
+        raise ConfigurationError(f"max_sessions_per_client must be at least 1 or None, got {max_sessions_per_client}")
+    if api_keys is None:
+        api_keys = [os.environ[API_KEY_ENV].strip()] if os.environ.get(API_KEY_ENV, "").strip() else []
+    access = AccessPolicy(api_keys, allowed_origins, allowed_hosts, forwarded_allow_ips)
     metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s, metrics)
-    handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes)
+                       ping_timeout_s, metrics, max_sessions_per_client)
+    handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes, access)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -110,8 +131,9 @@ def create_app(
         await pool.shutdown()
 
     name = env_name or env_class.__name__
-    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {})
+    documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}, access)
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
+    app.access = access
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
@@ -129,7 +151,10 @@ def create_app(
 
 
 class EnvkitApp(FastAPI):
-    """FastAPI, with connections to `/ws` handed straight to the session handler.
+    """FastAPI, guarded by the app's `AccessPolicy`, with connections to `/ws` handed straight to the session handler.
+
+    Every HTTP request and WebSocket handshake, to any route (added now or later), passes the
+    access check first: a refused WebSocket is answered with an HTTP status and never accepted.
 
     For a WebSocket session, FastAPI's middleware, routing and dependency layers do nothing but
     cost memory (their suspended calls live as long as the session, ~8 kB each) and a call per
@@ -140,14 +165,85 @@ class EnvkitApp(FastAPI):
     session_handler: SessionHandler | None = None
     #: The documents of the HTTP routes; other transports (`picows_server`) serve the same ones.
     documents: Documents | None = None
+    #: Who may use the app (keys, origins, hosts); None: everyone.
+    access: AccessPolicy | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if self.access is not None and (kind == "http" or kind == "websocket"):
+            send = await self._guard(scope, receive, send)
+            if send is None:
+                return
         if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None
                 and not self.user_middleware and not self.root_path and not scope.get("root_path")):
             scope["app"] = self
             await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
             return
         await super().__call__(scope, receive, send)
+
+    def bind(self, host: str) -> None:
+        """Called by the server that runs the app with the address it listens on: the default `Host` rule (and
+        what `/metadata` says of it) follows from it."""
+        if self.access is not None:
+            self.access.bind(host)
+            if self.documents is not None:
+                self.documents.metadata["access"] = self.access.describe()
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> Send | None:
+        """Apply the access policy: None when the request was answered here (refused or a CORS preflight), else
+        the `send` to go on with (adding CORS headers for an allowed cross-origin page)."""
+        access = self.access
+        assert access is not None
+        headers = Headers(scope=scope)
+        if scope["type"] == "http":
+            preflight = access.preflight(scope["method"], headers)
+            if preflight is not None:
+                await _respond(send, 204, preflight, b"")
+                return None
+        server = scope.get("server")
+        refusal = access.check(scope["path"], headers, server[0] if server else None)
+        if refusal is not None:
+            self.state.envkit_pool.metrics.refused(refusal.reason, refusal.message)
+            if scope["type"] == "http":
+                await _respond(send, refusal.status, refusal.response_headers(), refusal.body())
+            else:
+                await _deny_websocket(scope, receive, send, refusal)
+            return None
+        pool = self.state.envkit_pool
+        if pool.max_sessions_per_client is not None and scope["type"] == "http":
+            peer = scope.get("client")
+            current_client.set(access.client_address(peer[0] if peer else None, headers))
+        cors = access.cors_headers(headers) if scope["type"] == "http" else []
+        if not cors:
+            return send
+        extra = [(name.encode(), value.encode()) for name, value in cors]
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        return send_with_cors
+
+
+async def _respond(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+    raw = [(name.encode(), value.encode()) for name, value in headers]
+    raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _deny_websocket(scope: Scope, receive: Receive, send: Send, refusal: AccessRefusal) -> None:
+    """Refuse a WebSocket at the handshake with the refusal's HTTP status and JSON body; it is never accepted."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in scope.get("extensions", {}):
+        raw = [(name.encode(), value.encode()) for name, value in refusal.response_headers()]
+        await send({"type": "websocket.http.response.start", "status": refusal.status, "headers": raw})
+        await send({"type": "websocket.http.response.body", "body": refusal.body()})
+    else:   # a server without the denial-response extension answers 403
+        await send({"type": "websocket.close", "code": 1008})
 
 
 def _environment_class(env: Any) -> type[Environment]:

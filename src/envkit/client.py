@@ -12,6 +12,7 @@ Works against envkit servers and OpenEnv servers alike (reset, step, state, clos
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Self, Sequence, TypeVar
@@ -22,7 +23,8 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .errors import CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
+from .access import API_KEY_ENV, API_KEY_HEADER
+from .errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
 from .placement import Placement, is_registry_url, parse_server_urls
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, ErrorCode, close_reason
 
@@ -77,6 +79,25 @@ def http_url(base_url: str) -> str:
     return "http" + url[2:]
 
 
+def authentication_error(url: str, status: int, body: bytes, sent_key: bool) -> AuthenticationError:
+    """The `AuthenticationError` for a 401/403 answer: what was wrong, and how to give a key."""
+    try:
+        answer = orjson.loads(body)
+        detail, refusal = str(answer.get("detail", "")), answer.get("reason")
+    except Exception:
+        detail, refusal = "", None
+    if status == 401:
+        if sent_key:
+            what = "the server refused the API key that was sent (wrong key)"
+        else:
+            what = "the server needs an API key and none was sent"
+        reason = (f"{what}; pass EnvClient(url, api_key=...) or set {API_KEY_ENV} "
+                  "(envkit commands: --api-key-env NAME)")
+    else:
+        reason = f"the server refused this client (HTTP {status}): {detail or 'forbidden'}"
+    return AuthenticationError(url, reason, status, refusal)
+
+
 class EnvClient:
     """Asynchronous client of one environment session.
 
@@ -95,13 +116,16 @@ class EnvClient:
         connect_timeout: seconds to open the connection.
         message_timeout: seconds to wait for a reply; past it the session is closed and lost.
         ping_interval, ping_timeout: keepalive; a silent peer is declared lost after both.
-        headers: extra handshake headers (e.g. authorisation).
+        headers: extra handshake headers.
         max_message_bytes: largest frame accepted from the server.
+        api_key: sent as `X-API-Key` with the handshake and every HTTP request (default: `$ENVKIT_API_KEY`, if
+            set; pass "" to send none). A refusal raises `AuthenticationError`.
     """
 
     def __init__(self, base_url: str | Sequence[str], *, observation_cls: type[BaseModel] | None = None, connect_timeout: float = 10.0,
                  message_timeout: float = 60.0, ping_interval: float | None = 5.0, ping_timeout: float | None = 5.0,
-                 headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20) -> None:
+                 headers: dict[str, str] | None = None, max_message_bytes: int = 16 << 20,
+                 api_key: str | None = None) -> None:
         servers = parse_server_urls(base_url)
         self.base_url = base_url if isinstance(base_url, str) else ",".join(servers)
         self.ws_url = websocket_url(servers[0])
@@ -111,7 +135,10 @@ class EnvClient:
         self.message_timeout = message_timeout
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
-        self.headers = {FEATURES_HEADER: "text,metrics", **(headers or {})}
+        if api_key is None:
+            api_key = os.environ.get(API_KEY_ENV) or ""
+        headers = {**({API_KEY_HEADER: api_key} if api_key else {}), **(headers or {})}
+        self.headers = {FEATURES_HEADER: "text,metrics", **headers}
         #: Chooses the server of each new session when there are several (None: one server).
         self.placement = (Placement.shared(servers, headers=headers)
                           if len(servers) > 1 or is_registry_url(servers[0]) else None)
@@ -154,7 +181,11 @@ class EnvClient:
                                ping_timeout=self.ping_timeout, max_size=self.max_message_bytes,
                                additional_headers=self.headers, proxy=None, compression=None)
         except InvalidStatus as error:
-            raise EnvConnectionError(self.ws_url, f"handshake refused with HTTP {error.response.status_code}") from None
+            status = error.response.status_code
+            if status in (401, 403):
+                raise authentication_error(self.ws_url, status, error.response.body or b"",
+                                           API_KEY_HEADER in self.headers) from None
+            raise EnvConnectionError(self.ws_url, f"handshake refused with HTTP {status}") from None
         except (OSError, InvalidHandshake, asyncio.TimeoutError) as error:
             raise EnvConnectionError(self.ws_url, f"{type(error).__name__}: {error}") from None
         response_headers = ws.response.headers if ws.response is not None else {}
@@ -175,7 +206,7 @@ class EnvClient:
         finally:
             await ws.close()
         message = data.get("message", f"session refused ({refused})")
-        if refused == "capacity":
+        if refused in ("capacity", "client_limit"):
             raise CapacityError(self.ws_url, message, data.get("active_sessions"), data.get("max_sessions"))
         if refused == "factory":
             raise EnvError(ErrorCode.FACTORY_ERROR, message)
@@ -262,6 +293,9 @@ class EnvClient:
                 response = await http.get(self.http_url + path, headers=self.headers)
         except httpx.HTTPError as error:
             raise EnvConnectionError(self.http_url + path, f"{type(error).__name__}: {error}") from None
+        if response.status_code in (401, 403):
+            raise authentication_error(self.http_url + path, response.status_code, response.content,
+                                       API_KEY_HEADER in self.headers)
         if response.status_code != 200:
             raise EnvConnectionError(self.http_url + path, f"HTTP {response.status_code}: {response.text[:200]}")
         return response.json()

@@ -16,6 +16,7 @@ __all__ = [
     "ClientError",
     "EnvConnectionError",
     "CapacityError",
+    "AuthenticationError",
     "EnvError",
     "SessionLostError",
     "ProtocolError",
@@ -54,6 +55,21 @@ class CapacityError(EnvConnectionError):
         super().__init__(url, reason)
         self.active_sessions = active_sessions
         self.max_sessions = max_sessions
+
+
+class AuthenticationError(EnvConnectionError):
+    """The server refused the request for its API key (HTTP 401), or refused the client's Origin or Host (403).
+
+    Attributes:
+        status: the HTTP status of the refusal.
+        refusal: the server's reason code (`missing_api_key`, `wrong_api_key`, `origin_not_allowed`,
+            `host_not_allowed`), or None when the server did not say.
+    """
+
+    def __init__(self, url: str, reason: str, status: int = 401, refusal: str | None = None) -> None:
+        super().__init__(url, reason)
+        self.status = status
+        self.refusal = refusal
 
 
 class EnvError(ClientError):

@@ -385,6 +385,8 @@ def _refusal_error(refused: SessionRefused) -> OrsError:
     refusal = refused.refusal
     if refusal.kind == "factory":
         return OrsError(500, "environment_error", str(refused))
+    if refusal.kind == "client_limit":   # this client holds its share (--max-sessions-per-client)
+        return OrsError(429, refusal.kind, refusal.message, {"Retry-After": "1"})
     message = ("server at capacity: every session slot is taken; retry later or start the server with a higher "
                "--max-concurrent-envs") if refusal.kind == "capacity" else "server is shutting down"
     return OrsError(503, refusal.kind, message, {"Retry-After": "1"})

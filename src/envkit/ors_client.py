@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
+from .access import key_headers
 from .client import StepResult, ToolResult
 from .errors import CapacityError, EnvConnectionError, EnvError, ProtocolError, SessionLostError
 
@@ -32,7 +33,8 @@ _PATH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def is_ors_server(url: str, timeout: float = 10.0) -> bool:
     """Whether `url` answers the ORS catalogue (`GET /list_environments` with a list of names)."""
     try:
-        reply = httpx.get(url.rstrip("/") + "/list_environments", timeout=timeout, follow_redirects=True)
+        reply = httpx.get(url.rstrip("/") + "/list_environments", timeout=timeout, follow_redirects=True,
+                          headers=key_headers())
         return reply.status_code == 200 and isinstance(reply.json(), list)
     except (httpx.HTTPError, ValueError):
         return False
@@ -49,7 +51,7 @@ class OrsServer:
 
     def __init__(self, url: str, env_name: str | None = None, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout, follow_redirects=True)
+        self.http = httpx.Client(base_url=self.url, timeout=timeout, follow_redirects=True, headers=key_headers())
         names = self._json("GET", "/list_environments")
         if not isinstance(names, list) or not names:
             raise ProtocolError(f"{self.url}/list_environments lists no environments; is this an ORS server?")

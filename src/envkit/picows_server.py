@@ -7,6 +7,13 @@ is the machinery underneath: frames arrive in picows callbacks, and a frame of a
 environment is answered inside its callback, with no task per connection or per message (keepalive
 pings come from the session pool's one sweep over all sessions).
 
+Access (API keys, Origin, Host) is checked in the handshake by the app's own `AccessPolicy`, as on
+uvicorn: a refused request gets the same status and JSON body, and a refused WebSocket is never
+upgraded. Not supported: `max_sessions_per_client` (picows's handshake callback does not see the
+client's address), so an app with that limit is refused at start-up; CORS preflights (picows answers
+any method but GET with 400 before the app sees it), so a page on another allowed origin can read
+the GET routes only with requests that need no preflight (no `X-API-Key` header from that page).
+
 Differences from uvicorn: only `GET /health`, `/schema`, `/metadata`, `/tools` and `/metrics` are served
 over HTTP (no `/docs`, no middleware, none of the surfaces in `NOT_SERVED`: no `/mcp`, no Open Reward
 Standard routes, no `/web` page; `/metadata` says so, and `/` and `/web` answer 404 naming the uvicorn
@@ -45,8 +52,10 @@ from picows import (
 )
 from picows.picows import _validate_upgrade_request   # the check picows applies after `route`; see _open_session
 
+from .access import AccessPolicy
 from .app import HANDSHAKE_TIMEOUT_S, MAX_FRAME_BYTES, EnvkitApp
 from .environment import Environment
+from .errors import ConfigurationError
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, ErrorCode, Features, error_frame
 from .inline_answers import InlineAnswers, run_eagerly
@@ -65,6 +74,11 @@ SHUTDOWN_GRACE_S = 5.0
 #: How long a socket the server closes waits for the client's close frame before it is dropped anyway.
 CLOSE_TIMEOUT_S = 2.0
 _JSON = {"Content-Type": "application/json"}
+#: What the access layer cannot do on this transport, as `/metadata` says it.
+PICOWS_ACCESS_NOT_SUPPORTED = [
+    "max_sessions_per_client: picows's handshake callback does not see the client's address (serve with uvicorn)",
+    "CORS preflights: picows answers every method but GET with 400, so cross-origin pages cannot send a key header",
+]
 
 #: What picows logs about its clients: a kind of bad input to count, or None for routine chatter (DEBUG).
 PICOWS_LOG_RULES: dict[str, str | None] = {
@@ -299,19 +313,30 @@ class PicowsServer:
         handler, documents = getattr(app, "session_handler", None), getattr(app, "documents", None)
         if handler is None or documents is None:
             raise TypeError(f"PicowsServer serves apps made by envkit.create_app, got {type(app).__name__}")
+        if handler.pool.max_sessions_per_client is not None:
+            raise ConfigurationError("the picows transport does not enforce max_sessions_per_client (it cannot see a "
+                                     "client's address before answering the handshake); serve with uvicorn")
+        self.app = app
         self.handler: SessionHandler = handler
         self.documents: Documents = documents
+        self.access: AccessPolicy | None = getattr(app, "access", None)
         self.max_frame_bytes = max_frame_bytes
-        self.pages = {b"/schema": orjson.dumps(self.documents.schema),
-                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
-                                                  "web": WEB_NOT_SERVED, "transport": "picows",
-                                                  "not_served": list(NOT_SERVED)}),
-                      b"/tools": orjson.dumps(self.documents.tools)}
+        self.pages: dict[bytes, bytes] = {}
         self.server: asyncio.Server | None = None
 
     def route(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
-        """picows's listener factory: HTTP documents by path, a session for `/ws`."""
+        """picows's listener factory: the access check, then HTTP documents by path, a session for `/ws`."""
         path, _, query = request.path.partition(b"?")
+        cors: list[tuple[str, str]] = []
+        access = self.access
+        if access is not None:
+            headers = request.headers
+            refusal = access.check(path.decode("latin-1"), headers)
+            if refusal is not None:
+                self.handler.pool.metrics.refused(refusal.reason, refusal.message)
+                return _http(WSUpgradeResponse.create_error_response(refusal.status, refusal.body(),
+                                                                     dict(refusal.response_headers())))
+            cors = access.cors_headers(headers)
         if path == b"/ws":
             if ATTACH_PARAMETER in parse_qs(query.decode("latin-1")):
                 message = ("the picows transport serves no /mcp, so it has no sessions to attach to; serve with "
@@ -328,14 +353,15 @@ class PicowsServer:
         if request.method != b"GET":
             return _http(WSUpgradeResponse.create_error_response(405, b'{"detail":"Method Not Allowed"}', _JSON))
         if path == b"/health":
-            return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()), _JSON))
+            return _http(WSUpgradeResponse.create_ok_response(orjson.dumps(self.documents.health()),
+                                                              {**_JSON, **dict(cors)}))
         if path == b"/metrics":
             return _http(WSUpgradeResponse.create_ok_response(self.documents.metrics().encode(),
-                                                              {"Content-Type": METRICS_CONTENT_TYPE}))
+                                                              {"Content-Type": METRICS_CONTENT_TYPE, **dict(cors)}))
         page = self.pages.get(path)
         if page is None:
             return _http(WSUpgradeResponse.create_error_response(404, b'{"detail":"Not Found"}', _JSON))
-        return _http(WSUpgradeResponse.create_ok_response(page, _JSON))
+        return _http(WSUpgradeResponse.create_ok_response(page, {**_JSON, **dict(cors)}))
 
     def _open_session(self, request: WSUpgradeRequest) -> WSListener | WSUpgradeResponseWithListener:
         pool = self.handler.pool
@@ -375,6 +401,14 @@ class PicowsServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on `host:port`; returns the bound port."""
+        self.app.bind(host)
+        self.pages = {b"/schema": orjson.dumps(self.documents.schema),
+                      b"/metadata": orjson.dumps({**self.documents.metadata, "ors": ORS_NOT_SERVED,
+                                                  "web": WEB_NOT_SERVED, "transport": "picows",
+                                                  "not_served": list(NOT_SERVED),
+                                                  "access": {**self.documents.metadata["access"],
+                                                             "not_supported": PICOWS_ACCESS_NOT_SUPPORTED}}),
+                      b"/tools": orjson.dumps(self.documents.tools)}
         # Keepalive is the session pool's sweep (see SessionPool), not picows's task per connection.
         # uvloop's own server rather than aiofastnet's: at the file-descriptor limit aiofastnet 0.x keeps retrying
         # accept() and logs an error with a traceback each time (tens of thousands of lines), where uvloop sheds
@@ -433,6 +467,7 @@ def run_picows(app: EnvkitApp, host: str = "127.0.0.1", port: int = 8000, *,
 @contextmanager
 def running_picows(app: EnvkitApp, *, startup_timeout: float = 20.0) -> Iterator[str]:
     """`running_server` for the picows transport: a background thread; yields `http://127.0.0.1:PORT`."""
+    server = PicowsServer(app)   # refuses an app it cannot serve here, not in the thread
     loop = uvloop.new_event_loop()
     stop = asyncio.Event()
     bound: list[int] = []
@@ -444,7 +479,7 @@ def running_picows(app: EnvkitApp, *, startup_timeout: float = 20.0) -> Iterator
 
     def run() -> None:
         try:
-            loop.run_until_complete(serve(PicowsServer(app), "127.0.0.1", 0, stop, on_started))
+            loop.run_until_complete(serve(server, "127.0.0.1", 0, stop, on_started))
         finally:
             started.set()
             loop.close()

@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .access import API_KEY_ENV
 from .errors import ConfigurationError, EnvkitError
 from .serving import read_manifest
 
@@ -156,8 +157,12 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = False, token: str | None = None) -> str:
+def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = False, token: str | None = None,
+                 api_key: str | None = None) -> str:
     """Create the Space (docker SDK) if missing and upload the staged folder; returns the Space's URL.
+
+    `api_key`: set as the Space secret `ENVKIT_API_KEY` (before the upload, so the Space never runs without
+    it), which makes `envkit serve` in the Space require it; the key is sent to the Hub alone.
 
     `repo_id` None means `<user>/<env name>` for the token's user. The token defaults to
     huggingface_hub's own lookup (HF_TOKEN, then the login cache).
@@ -173,6 +178,11 @@ def upload_space(staged: StagedSpace, repo_id: str | None, *, private: bool = Fa
             repo_id = f"{api.whoami()['name']}/{staged.name}"
         doing = f"creating or uploading to {repo_id}"
         api.create_repo(repo_id, repo_type="space", space_sdk="docker", private=private, exist_ok=True)
+        if api_key:
+            doing = f"setting the secret {API_KEY_ENV} of {repo_id}"
+            api.add_space_secret(repo_id, API_KEY_ENV, api_key,
+                                 description="API key envkit serve requires (X-API-Key or Authorization: Bearer)")
+            doing = f"uploading to {repo_id}"
         api.upload_folder(repo_id=repo_id, repo_type="space", folder_path=str(staged.folder),
                           ignore_patterns=[STAGED_MARKER], commit_message=f"envkit push: {staged.name}")
     except HfHubHTTPError as error:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from .access import AccessPolicy
 from .environment import Action, Environment, Observation, State
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .sessions import SessionPool
@@ -35,7 +36,7 @@ class Documents:
     @classmethod
     def describe(cls, name: str, env_class: type[Environment], action_cls: type[Action],
                  observation_cls: type[Observation], tools: dict[str, ToolSpec], pool: SessionPool,
-                 metadata: dict[str, Any]) -> Documents:
+                 metadata: dict[str, Any], access: AccessPolicy | None = None) -> Documents:
         """The documents describing a served environment; none of them touches a session."""
         schema = {
             "action": action_cls.model_json_schema(),
@@ -54,6 +55,8 @@ class Documents:
             "ping_timeout_s": pool.ping_timeout_s,
             "tools": list(tools),
             "metrics": [metric.describe() for metric in env_class.METRICS],
+            "max_sessions_per_client": pool.max_sessions_per_client,
+            "access": access.describe() if access is not None else None,
             **{key: value for key, value in metadata.items() if key != "version"},
         }
         return cls(pool, schema, description, {"tools": [spec.schema() for spec in tools.values()]})

@@ -7,6 +7,7 @@ sessions in a slow step.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -15,10 +16,35 @@ from typing import Any, Callable, Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from .app import MAX_FRAME_BYTES
+from .app import MAX_FRAME_BYTES, EnvkitApp
 from .uvicorn_protocols import HeadLimits, protocol_classes
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server"]
+
+
+class _ServerLogFilter(logging.Filter):
+    """Keeps secrets and refused clients out of uvicorn's log.
+
+    - At debug level the WebSocket layer logs every handshake header: the values of `X-API-Key`,
+      `Authorization` and `Cookie` are replaced by `<redacted>`.
+    - Its sans-I/O WebSocket layer logs ERROR "ASGI callable returned without completing handshake"
+      after every handshake refused with an HTTP response (how the access check refuses one): a refused
+      client is not a server error, and must not be able to fill the log with them.
+    """
+
+    SECRET_HEADERS = frozenset({"x-api-key", "authorization", "cookie", "proxy-authorization"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "ASGI callable returned without completing handshake.":
+            return False
+        args = record.args
+        if (record.msg == "< %s: %s" and isinstance(args, tuple) and len(args) == 2
+                and str(args[0]).lower() in self.SECRET_HEADERS):
+            record.args = (args[0], "<redacted>")
+        return True
+
+
+_server_log_filter = _ServerLogFilter()
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
@@ -27,10 +53,14 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
 
     `compression`: accept permessage-deflate when a client offers it (OpenEnv's client does). Off by
     default: for frames of a few hundred bytes it cost ~20 kB per session and ~55% more CPU per step.
-    Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`).
+    Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`). uvicorn's own
+    proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
     `head_limits`: size and time limits on request heads and handshakes (see `envkit.uvicorn_protocols`;
     default 64 KiB and 10 s), counted in the app's metrics.
     """
+    if isinstance(app, EnvkitApp):
+        app.bind(host)
+        logging.getLogger("uvicorn.error").addFilter(_server_log_filter)
     state = getattr(app, "state", None)
     pool = getattr(state, "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
@@ -39,7 +69,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     settings: dict[str, Any] = {
         **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES,
         "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": http,
-        "lifespan": "on", **overrides,
+        "lifespan": "on", "proxy_headers": False, **overrides,
     }
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)
 

@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict, deque
+from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
@@ -47,6 +48,11 @@ Closer = Callable[[int, str], Awaitable[None]]
 Pinger = Callable[[], None]
 
 
+#: The client address of the HTTP request being served, set by the app's access guard when sessions per client
+#: are limited; HTTP surfaces' sessions (`SessionHandler.open_detached`) are counted against it.
+current_client: ContextVar[str | None] = ContextVar("envkit_current_client", default=None)
+
+
 def new_session_id() -> str:
     """An unguessable session id: 32 hex digits."""
     return secrets.token_hex(16)
@@ -63,8 +69,10 @@ class Session:
     """
 
     def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
-                 session_id: str | None = None, owns_slot: bool = False) -> None:
+                 session_id: str | None = None, owns_slot: bool = False, client: str | None = None) -> None:
         self.id = session_id or new_session_id()
+        #: The client address counted for this session in the pool's per-client limit; `end()` gives it back.
+        self.client = client
         self.env = env
         self.pool = pool
         self.close_socket = close_socket
@@ -171,6 +179,8 @@ class Session:
             logger.exception("environment close() failed in session %s", self.id)
         finally:
             pool.closing -= 1
+            if self.client is not None:
+                pool.drop_client(self.client)
             if self.owns_slot:
                 pool.release()
             closed.set_result(None)
@@ -195,10 +205,14 @@ class SessionPool:
 
     def __init__(self, max_sessions: int, idle_timeout_s: float | None, max_workers: int | None = None,
                  capacity_wait_s: float = 0.0, ping_interval_s: float | None = 20.0,
-                 ping_timeout_s: float = 20.0, metrics: ServerMetrics | None = None) -> None:
+                 ping_timeout_s: float = 20.0, metrics: ServerMetrics | None = None,
+                 max_sessions_per_client: int | None = None) -> None:
         self.max_sessions = max_sessions
         #: The server's counters (`GET /metrics`): sessions opened and closed here, frames and refusals by the transports.
         self.metrics = metrics or ServerMetrics()
+        #: Sessions one client address may hold at once across every surface (None: no limit).
+        self.max_sessions_per_client = max_sessions_per_client
+        self._per_client: dict[str, int] = {}
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
         #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
@@ -240,6 +254,31 @@ class SessionPool:
             return False
         self._reserved += 1
         return True
+
+    def hold_client(self, client: str) -> bool:
+        """Count one more session (open or opening) for `client`; False when it already holds its limit.
+
+        Every surface that opens sessions calls this before `try_reserve`, and `drop_client` once the session
+        is over, so that one address cannot take every slot.
+        """
+        limit = self.max_sessions_per_client
+        held = self._per_client.get(client, 0)
+        if limit is not None and held >= limit:
+            return False
+        self._per_client[client] = held + 1
+        return True
+
+    def drop_client(self, client: str) -> None:
+        """Give back what `hold_client` counted."""
+        held = self._per_client.get(client, 0) - 1
+        if held > 0:
+            self._per_client[client] = held
+        else:
+            self._per_client.pop(client, None)
+
+    def sessions_of(self, client: str) -> int:
+        """Sessions `client` holds right now."""
+        return self._per_client.get(client, 0)
 
     @property
     def waiting_for_slots(self) -> int:

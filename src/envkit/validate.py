@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
-from .errors import CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError, SessionLostError
+from .errors import AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError, SessionLostError
+from .access import key_headers
 from .ors_client import OrsServer, is_ors_server
 from .protocol import ErrorCode
 from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
@@ -261,7 +262,10 @@ def example_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = No
 
 async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     """Check a running server: health, schema, tool listing, a reset and a step, a tool call, two sessions at once,
-    and `/mcp` in OpenEnv's dialect and as standard MCP."""
+    and `/mcp` in OpenEnv's dialect and as standard MCP.
+
+    Raises `AuthenticationError` when the server refuses the key (`$ENVKIT_API_KEY`) or its absence.
+    """
     from .client import EnvClient
 
     report = Report(url)
@@ -278,11 +282,17 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     if health is None:
         report.add("health", [f"{failure}; is the server running at this address?"], "")
         return report
+    try:
+        await client.metadata()   # /health is open to all; this says at once whether the key is accepted
+    except AuthenticationError:
+        raise
+    except ClientError:
+        pass
     max_sessions = health.get("max_sessions")
     report.add("health", [] if health.get("status") == "healthy" else [f"status is {health.get('status')!r}"],
                f"healthy, {health.get('active_sessions')} of {max_sessions} sessions open")
 
-    schema = await _get_json(client.http_url + "/schema", timeout)
+    schema = await _get_json(client.http_url + "/schema", timeout, client.headers)
     lacking = [part for part in ("action", "observation") if not isinstance(schema.get(part), dict)]
     report.add("schema", [f"{client.http_url}/schema lacks {', '.join(lacking)} (or could not be read)"] if lacking
                else [], f"action fields: {', '.join(schema.get('action', {}).get('properties', {}))}")
@@ -403,12 +413,12 @@ def _check_ors_refusals(report: Report, server: OrsServer, split: str | None, co
     report.add("ors refusals", problems, "a bad task index and an unknown tool are refused in the ORS shape")
 
 
-async def _get_json(url: str, timeout: float) -> dict[str, Any]:
+async def _get_json(url: str, timeout: float, headers: dict[str, str] | None = None) -> dict[str, Any]:
     import httpx
 
     try:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
-            response = await http.get(url)
+            response = await http.get(url, headers=key_headers() if headers is None else headers)
         document = response.json() if response.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}
@@ -514,7 +524,7 @@ async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[
                               "with the default uvicorn transport for MCP clients"], "", warn=True)
         return
     names = sorted(tool["function"]["name"] for tool in tools)
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=key_headers()) as http:
         rpc = _JsonRpc(http, http_url + "/mcp", timeout)
         for name, check in (("mcp (openenv)", _check_mcp_openenv), ("mcp (standard)", _check_mcp_standard)):
             try:

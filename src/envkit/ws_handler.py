@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from .access import AccessPolicy
 from .environment import Action, Environment, Observation
 from .model_codec import validator_for
 from .protocol import (
@@ -37,7 +38,7 @@ from .protocol import (
     state_frame,
     tool_result_frame,
 )
-from .sessions import Session, SessionPool
+from .sessions import Session, SessionPool, current_client
 from .tools import ToolSpec
 
 if TYPE_CHECKING:
@@ -101,8 +102,11 @@ class SessionHandler:
     """Serves `/ws`: builds an environment per connection and answers its frames."""
 
     def __init__(self, factory: Callable[[], Environment], env_class: type[Environment], action_cls: type[Action],
-                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int) -> None:
+                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int,
+                 access: AccessPolicy | None = None) -> None:
         self.factory = factory
+        #: Finds the client address that per-client limits count by.
+        self.access = access or AccessPolicy()
         self.action_cls = action_cls
         self._validate_action = validator_for(action_cls)
         self.tools = tools
@@ -126,6 +130,21 @@ class SessionHandler:
         if websocket.scope.get("query_string") and ATTACH_PARAMETER in websocket.query_params:
             await self._serve_attached(websocket, websocket.query_params[ATTACH_PARAMETER])
             return
+        pool = self.pool
+        client: str | None = None
+        if pool.max_sessions_per_client is not None:
+            peer = websocket.scope.get("client")
+            client = self.access.client_address(peer[0] if peer else None, websocket.headers)
+            if not pool.hold_client(client):
+                await _refuse(websocket, self.client_refusal(client))
+                return
+        try:
+            await self._serve(websocket)
+        finally:
+            if client is not None:
+                pool.drop_client(client)
+
+    async def _serve(self, websocket: WebSocket) -> None:
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
@@ -237,20 +256,31 @@ class SessionHandler:
         `session_id`: an id the surface's client chose (default: a fresh one); the caller makes sure no
         open session has it.
 
+        The session counts against the per-client limit of the request's client (`current_client`).
+
         Raises:
-            SessionRefused: at capacity, during shutdown, or when the environment could not be built.
+            SessionRefused: at capacity, over the client's share, during shutdown, or when the environment could
+                not be built.
         """
         pool = self.pool
-        if not pool.try_reserve() and not await pool.wait_for_slot():
-            raise SessionRefused(self.refusal())
+        client = current_client.get() if pool.max_sessions_per_client is not None else None
+        if client is not None and not pool.hold_client(client):
+            raise SessionRefused(self.client_refusal(client))
         try:
-            env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
-        except BaseException as error:
-            pool.release()
-            if isinstance(error, Exception):
-                raise SessionRefused(self.factory_refusal(error)) from error
+            if not pool.try_reserve() and not await pool.wait_for_slot():
+                raise SessionRefused(self.refusal())
+            try:
+                env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
+            except BaseException as error:
+                pool.release()
+                if isinstance(error, Exception):
+                    raise SessionRefused(self.factory_refusal(error)) from error
+                raise
+        except BaseException:
+            if client is not None:
+                pool.drop_client(client)
             raise
-        session = Session(pool, env, None, session_id=session_id, owns_slot=True)
+        session = Session(pool, env, None, session_id=session_id, owns_slot=True, client=client)
         pool.add(session)
         return session
 
@@ -274,6 +304,17 @@ class SessionHandler:
         return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
                                                max_sessions=pool.max_sessions),
                        CloseCode.CAPACITY, "server at capacity", message)
+
+    def client_refusal(self, client: str) -> Refusal:
+        """The refusal of a connection from a client that already holds its share of sessions."""
+        pool = self.pool
+        limit = pool.max_sessions_per_client
+        message = (f"per-client limit reached: {client} already holds {pool.sessions_of(client)} of the {limit} "
+                   f"sessions one client address may open (--max-sessions-per-client {limit}); close one first")
+        pool.metrics.refused("client_limit", message)
+        return Refusal("client_limit", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                                   max_sessions=pool.max_sessions, max_sessions_per_client=limit),
+                       CloseCode.CAPACITY, "per-client session limit reached", message)
 
     def factory_refusal(self, error: Exception) -> Refusal:
         """The refusal of a connection whose environment could not be built (logs the traceback)."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from typing import Protocol
 
+from ..access import key_headers
 from .raw_client import RawWebSocket, endpoint, open_connection
 from .script import SessionScript
 
@@ -104,7 +105,7 @@ class PicowsDriver:
         try:
             self.transport, self.listener = await ws_connect(
                 lambda: _PicowsListener(self.script, ready, done), self.url, max_frame_size=MAX_FRAME_BYTES,
-                websocket_handshake_timeout=30)
+                websocket_handshake_timeout=30, extra_headers=key_headers())
         except Exception as error:
             self.script.fail(_connect_failure(error))
             return
@@ -219,6 +220,7 @@ class WebsocketsDriver:
         self.script.connecting()
         try:
             self.connection = await connect(self.url, max_size=MAX_FRAME_BYTES, compression=None, ping_interval=None,
+                                            additional_headers=key_headers(),
                                             open_timeout=30, close_timeout=CLOSE_TIMEOUT_S)
         except Exception as error:
             self.script.fail(_connect_failure(error))

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..access import key_headers
+
 __all__ = ["Endpoint", "RawWebSocket", "client_frame", "endpoint", "open_connection"]
 
 TEXT, BINARY, CONTINUATION, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
@@ -50,7 +52,8 @@ def endpoint(url: str) -> Endpoint:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     head = (f"GET {target} HTTP/1.1\r\nHost: {host_header}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            "Sec-WebSocket-Version: 13\r\n").encode()
+            "Sec-WebSocket-Version: 13\r\n" + "".join(f"{name}: {value}\r\n" for name, value in key_headers().items())
+            ).encode()
     return Endpoint(family, address, head)
 
 

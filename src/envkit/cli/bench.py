@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from .api_key import api_key_option
+
 
 def _parse_action(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
@@ -67,6 +69,7 @@ def _progress_printer(enabled: bool) -> Any:
               help="WebSocket handshakes in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@api_key_option
 def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
             budget: float, churn: float | None, hold: float, timeout: float, client: str, protocol: str, tool: str,
             connect_concurrency: int,
@@ -107,6 +110,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
         driver_class(client)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    _check_access(url)
     progress = _progress_printer(not quiet and sys.stderr.isatty())
     if ramp:
         result: Any = run_sync(run_ramp(url, start=ramp_start, max_sessions=ramp_max, steps=steps, budget_s=budget,
@@ -130,3 +134,22 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
         reasons = ", ".join(f"{reason} ({count})" for reason, count in failures.items()) or "no reason recorded"
         raise click.ClickException(f"no session succeeded against {url}: {reasons}; is an environment server "
                                    "running there (envkit serve ENV --port PORT)?")
+
+
+def _check_access(url: str) -> None:
+    """Fail in one line, before any load, when the server refuses this client's key (or its absence)."""
+    from ..client import EnvClient
+    from ..errors import AuthenticationError, ClientError
+
+    async def probe() -> None:
+        try:
+            await EnvClient(url).metadata()
+        except AuthenticationError:
+            raise
+        except ClientError:
+            pass   # an unreachable server, or one without /metadata, is reported by the run itself
+
+    try:
+        asyncio.run(probe())
+    except AuthenticationError as error:
+        raise click.ClickException(str(error)) from None

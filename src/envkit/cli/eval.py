@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigurationError, EnvkitError
+from .api_key import api_key_option
 from .train import _json_mapping
 
 
@@ -52,6 +53,7 @@ from .train import _json_mapping
 @click.option("--transcripts", "transcripts_path", default=None, type=click.Path(dir_okay=False),
               help="Write every game as one JSON line here (messages, tool calls, results, rewards, metrics).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@api_key_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress notes on stderr.")
 def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, ...], policies: tuple[str, ...],
             games: int | None, transcripts_path: str | None, as_json: bool, quiet: bool,

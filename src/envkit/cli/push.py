@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -30,7 +31,11 @@ def _size(count: int) -> str:
 @click.option("--dry-run", is_flag=True, help="Stage the Space folder and list what would be uploaded; no network.")
 @click.option("--stage-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to stage the Space [default: DIR/build/space with --dry-run, else a temporary folder].")
-def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, stage_dir: Path | None) -> None:
+@click.option("--api-key-env", metavar="NAME", default=None,
+              help="Set the key held in environment variable NAME as the Space secret ENVKIT_API_KEY, so the served "
+                   "environment requires it (clients send it as X-API-Key).")
+def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, stage_dir: Path | None,
+            api_key_env: str | None) -> None:
     """Publish the env in DIRECTORY as a Hugging Face Space (docker SDK).
 
     \b
@@ -43,6 +48,7 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
     Examples:
       envkit push ./my_env --dry-run
       envkit push ./my_env --repo-id alice/my_env --private
+      MY_ENV_KEY=... envkit push ./my_env --api-key-env MY_ENV_KEY
     """
     from ..publish import PublishError, stage_space, upload_space
     from ..validate import validate_folder
@@ -54,6 +60,15 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
         click.echo(report.table(), err=True)
         raise click.ClickException(f"{directory} is not ready to publish; fix the failed checks above")
 
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env, "").strip()
+        if not api_key:
+            raise click.UsageError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set "
+                                   "or empty; export the key there first")
+    elif not private:
+        click.echo("envkit: warning: this publishes a public Space without an API key: anyone who finds it can open "
+                   "sessions and hold every slot; pass --api-key-env NAME (or --private)", err=True)
     token = None
     if not dry_run:
         from huggingface_hub import get_token
@@ -72,7 +87,8 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
         visibility = "private" if private else "public"
         if dry_run:
             click.echo(f"Staged {staged.name} in {staged.folder} (dry run: nothing uploaded).")
-            click.echo(f"Would create Space {where} (docker SDK, {visibility}) if missing and upload:")
+            click.echo(f"Would create Space {where} (docker SDK, {visibility}) if missing"
+                       f"{', set its secret ENVKIT_API_KEY' if api_key else ''} and upload:")
         else:
             click.echo(f"Uploading {staged.name} to Space {where} ({visibility}):")
         width = max(len(name) for name, _ in staged.listing())
@@ -82,7 +98,10 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
             click.echo(f"Build it locally: docker build -t {staged.name.replace('_', '-')} {staged.folder}")
             return
         try:
-            url = upload_space(staged, repo_id, private=private, token=token)
+            url = upload_space(staged, repo_id, private=private, token=token, api_key=api_key)
         except (PublishError, ConfigurationError) as error:
             raise click.ClickException(str(error)) from None
         click.echo(f"Pushed: {url}")
+        if api_key:
+            click.echo("The Space requires the API key: clients send it as X-API-Key (on a private Space the Hub's "
+                       "token takes Authorization), e.g. ENVKIT_API_KEY=... envkit validate URL")

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..access import is_loopback_host
 from ..errors import ConfigurationError
 from .scale_out import ScaleOut, scale_out_options
 
@@ -32,12 +33,28 @@ from .scale_out import ScaleOut, scale_out_options
               help="Server machinery: uvicorn (FastAPI, every route: /mcp, the Open Reward Standard and the /web page "
                    "included) or picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics "
                    "only: no /mcp, no Open Reward Standard, no /web page; needs envkit[bench]).")
+@click.option("--api-key-env", metavar="NAME", default=None,
+              help="Require the API key held in environment variable NAME on every route but /health "
+                   "[default: $ENVKIT_API_KEY if set, else no key]. The key itself never goes on the command line.")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="URL",
+              help="Let browser pages at this origin (https://app.example.com, or *) use the server; repeatable. "
+                   "Pages served by this server itself always may.")
+@click.option("--allowed-hosts", default=None, metavar="NAMES",
+              help="Comma-separated Host names the server answers to (example.com, *.example.com, host:port, *) "
+                   "[default: 127.0.0.1, localhost, ::1 when --host is a loopback address; any otherwise].")
+@click.option("--max-sessions-per-client", type=click.IntRange(min=1), default=None,
+              help="Sessions one client address may hold at once [default: no limit]. uvicorn transport only.")
+@click.option("--forwarded-allow-ips", default=None, metavar="IPS",
+              help="Comma-separated proxies (IPs, networks, 'private', '*') whose X-Forwarded-For names the client "
+                   "for --max-sessions-per-client [default: $FORWARDED_ALLOW_IPS; on a Hugging Face Space "
+                   "(SPACE_ID set) 'private'; else none].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]), help="Server log level.")
 @scale_out_options
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, log_level: str,
-            scale_out: ScaleOut) -> None:
+            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, api_key_env: str | None,
+            allow_origins: tuple[str, ...], allowed_hosts: str | None, max_sessions_per_client: int | None,
+            forwarded_allow_ips: str | None, log_level: str, scale_out: ScaleOut) -> None:
     """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
     to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
 
@@ -56,6 +73,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve echo --transport picows --max-concurrent-envs 1024
       envkit serve echo --workers 4 --max-concurrent-envs 256
       envkit serve echo --ray 10.0.0.1:6379 --replicas 8 --num-cpus 1
+      ENVKIT_API_KEY=... envkit serve echo --host 0.0.0.0 --max-sessions-per-client 4
     """
     scale_out.check(transport)
     from ..serving import app_from_environment, resolve_target
@@ -73,6 +91,12 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
 
     settings: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
                                 "ping_timeout_s": ping_timeout}
+    settings.update(_access_settings(api_key_env, allow_origins, allowed_hosts, forwarded_allow_ips))
+    if max_sessions_per_client is not None:
+        if transport == "picows":
+            raise click.UsageError("--max-sessions-per-client needs the uvicorn transport: picows's handshake does "
+                                   "not see the client's address")
+        settings["max_sessions_per_client"] = max_sessions_per_client
     if max_concurrent_envs is not None:
         settings["max_concurrent_envs"] = max_concurrent_envs
     if session_timeout is not None:
@@ -84,6 +108,9 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         raise click.UsageError(str(error)) from None
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if not app.access.requires_key and not is_loopback_host(host):
+        click.echo(f"envkit: warning: serving on {host} without an API key: anyone who can reach this address can "
+                   "open sessions; set one with ENVKIT_API_KEY or --api-key-env NAME", err=True)
     if scale_out.requested:
         return scale_out.serve(target, resolved, settings, host, port, log_level)
 
@@ -95,3 +122,21 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
             click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
     serve(app, host, port, on_started=announce)
+
+
+def _access_settings(api_key_env: str | None, allow_origins: tuple[str, ...], allowed_hosts: str | None,
+                     forwarded_allow_ips: str | None) -> dict[str, Any]:
+    """`create_app` access settings from the flags (and the environment for what they leave out)."""
+    settings: dict[str, Any] = {"allowed_origins": list(allow_origins)}
+    if api_key_env is not None:
+        key = os.environ.get(api_key_env, "")
+        if not key.strip():
+            raise click.UsageError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set "
+                                   "or empty; export the key there first")
+        settings["api_keys"] = [key.strip()]
+    if allowed_hosts is not None:
+        settings["allowed_hosts"] = [name for name in allowed_hosts.split(",") if name.strip()]
+    if forwarded_allow_ips is None:
+        forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS") or ("private" if os.environ.get("SPACE_ID") else "")
+    settings["forwarded_allow_ips"] = [spec for spec in forwarded_allow_ips.split(",") if spec.strip()]
+    return settings

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from .api_key import api_key_option
+
 from ..errors import ConfigurationError, EnvConnectionError
 
 
@@ -91,6 +93,7 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Seconds to wait for an unreachable environment server before stopping. [default: 30]")
 @click.option("--json", "as_json", is_flag=True, help="Print the closing summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No per-step lines or progress bar; only the summary.")
+@api_key_option
 def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -> None:
     """Train a model with TRL's GRPO on one or more environments, served here or reached by URL.
 

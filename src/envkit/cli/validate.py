@@ -7,10 +7,13 @@ import sys
 
 import click
 
+from .api_key import api_key_option
+
 
 @click.command("validate")
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@api_key_option
 def command(target: str, as_json: bool) -> None:
     """Check TARGET: an env folder (or bundled env name), or the URL of a running server.
 
@@ -27,9 +30,14 @@ def command(target: str, as_json: bool) -> None:
     Examples:
       envkit validate ./my_env
       envkit validate http://127.0.0.1:8000 --json
+      envkit validate https://you-my-env.hf.space --api-key-env MY_ENV_KEY
     """
+    from ..errors import AuthenticationError
     from ..validate import validate
 
-    report = validate(target)
+    try:
+        report = validate(target)
+    except AuthenticationError as error:
+        raise click.ClickException(str(error)) from None
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.table())
     sys.exit(0 if report.ok else 1)

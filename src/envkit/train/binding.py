@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
-from ..client import EnvClient
-from ..errors import CapacityError, EnvConnectionError, EnvError, SessionLostError
+from ..client import EnvClient, SyncEnvClient
+from ..errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, SessionLostError
 from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
 
@@ -171,6 +171,9 @@ class ServedEnvironment:
                 raise EnvConnectionError(error.url, f"{error.reason}. Each rollout of a generation batch holds a "
                                          "session; raise the server's --max-concurrent-envs or lower "
                                          "--num-generations / --batch-size") from None
+            except AuthenticationError:
+                self._close()
+                raise
             except SessionLostError:
                 self._close()
                 dropped += 1

@@ -54,6 +54,7 @@ async function loadPlay() {
 
 const keyInput = document.getElementById("api-key");
 keyInput.value = apiKey();
+setApiKey(apiKey());   // the cookie follows the key kept for this tab
 document.getElementById("api-key-form").addEventListener("submit", (event) => event.preventDefault());
 keyInput.addEventListener("change", () => {
   setApiKey(keyInput.value.trim());

@@ -1,6 +1,9 @@
 // Talking to the envkit server that serves this page: HTTP documents and the /ws session protocol.
 
 const KEY_STORAGE = "envkit.apiKey";
+/** The cookie the server reads the key from: the browser sends it with every request to this server,
+ * WebSocket handshakes included (which cannot carry headers). A session cookie: gone with the browser. */
+const KEY_COOKIE = "envkit_api_key";
 
 /** The server's base path: the page lives at BASE/web. */
 export const BASE = location.pathname.replace(/\/web\/?$/, "");
@@ -12,6 +15,8 @@ export function apiKey() {
 export function setApiKey(key) {
   if (key) sessionStorage.setItem(KEY_STORAGE, key);
   else sessionStorage.removeItem(KEY_STORAGE);
+  const path = `path=${BASE || "/"}; SameSite=Strict${location.protocol === "https:" ? "; Secure" : ""}`;
+  document.cookie = key ? `${KEY_COOKIE}=${encodeURIComponent(key)}; ${path}` : `${KEY_COOKIE}=; Max-Age=0; ${path}`;
 }
 
 /** GET a JSON document of the server; throws an Error whose message says what went wrong. */
@@ -50,12 +55,11 @@ async function requestJSON(path, { method, body, contentType }) {
 }
 
 /** The /ws URL of this server, asking for the text rendering of observations and the episode's metrics
- * (and carrying the API key). */
+ * (the API key travels in the cookie `setApiKey` sets). */
 export function socketURL() {
   const url = new URL(BASE + "/ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   url.searchParams.set("features", "text,metrics");
-  if (apiKey()) url.searchParams.set("api_key", apiKey());
   return url.toString();
 }
 
