@@ -76,8 +76,9 @@ def tables(report: dict[str, Any]) -> str:
         lines.append(f"| {s[key]['label']} | " + " | ".join(cells) + " |")
     surfaces = report.get("surfaces")
     if surfaces:
-        lines += ["", f"Surfaces of envkit (uvicorn), {surfaces['sessions']} sessions, {surfaces['rounds']} interleaved "
-                  "round(s), medians: one step or tool call each (and a bare Starlette POST route beside them)", "",
+        lines += ["", f"Surfaces of envkit (uvicorn), {surfaces['sessions']} sessions, {surfaces['rounds']} "
+                  "interleaved round(s), medians: one step or tool call each (and a bare Starlette POST route beside "
+                  "them)", "",
                   "| surface | calls/s | p99 ms | server CPU µs/call | ÷ `/ws` step (CPU, paired) |",
                   "| --- | ---: | ---: | ---: | ---: |"]
         ws = surfaces["runs"].get("ws") or []
@@ -87,9 +88,10 @@ def tables(report: dict[str, Any]) -> str:
                       for run, base in zip(runs, ws)
                       if run.get("server_cpu_us_per_step_stepping") and base.get("server_cpu_us_per_step_stepping")]
             ratio = f"{statistics.median(paired):.2f}×" if paired else "-"
-            lines.append(f"| {SURFACE_LABELS.get(name, name)} | {_num(_median(runs, lambda run: run['steps_per_s']))} | "
-                         f"{_num(_median(runs, lambda run: run['step_latency_ms']['p99']), 1)} | {_num(cpu, 1)} | "
-                         f"{ratio} |")
+            rate = _median(runs, lambda run: run["steps_per_s"])
+            p99 = _median(runs, lambda run: run["step_latency_ms"]["p99"])
+            label = SURFACE_LABELS.get(name, name)
+            lines.append(f"| {label} | {_num(rate)} | {_num(p99, 1)} | {_num(cpu, 1)} | {ratio} |")
     lines += ["", "| server | held open at once (≥95% ok, 60 s) | kB per open session | RSS after close ÷ idle | "
               "threads idle / held | sessions opened+closed/s | ÷ OpenEnv | server CPU ms/session | "
               "load generator CPU: churn / steps (max) |",

@@ -107,3 +107,28 @@ def test_a_client_gone_during_an_answer_that_waits_is_closed_after_it(transport:
         while "closed" not in InlineCounter.journal and time.monotonic() < deadline:
             time.sleep(0.02)
     assert InlineCounter.journal == ["pause started", "pause done", "closed"]
+
+
+def test_an_app_with_middleware_sees_every_frame() -> None:
+    """Inline answering skips the ASGI channels, so it is taken only where nothing else listens on them."""
+    seen: list[str] = []
+
+    def counting(app: Any) -> Any:
+        async def middleware(scope: Any, receive: Any, send: Any) -> None:
+            async def counted_receive() -> Any:
+                message = await receive()
+                seen.append(message["type"])
+                return message
+            await app(scope, counted_receive, send)
+        return middleware
+
+    app = create_app(InlineCounter, Add, Total, max_concurrent_envs=4)
+    app.add_middleware(counting)
+    with running_server(app) as url:
+        sock = raw_ws.open_websocket(url)
+        with sock:
+            frames = [b'{"type":"reset"}'] + [b'{"type":"step","data":{"amount":2}}'] * 3
+            sock.sendall(b"".join(raw_ws.frame(frame) for frame in frames))
+            replies = read_frames(sock, len(frames))
+    assert [reply["data"]["observation"]["total"] for reply in replies] == [0, 2, 4, 6]
+    assert seen.count("websocket.receive") == 4

@@ -119,13 +119,15 @@ class SessionHandler:
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
-        await self.serve(websocket, websocket.receive, websocket.send)
+        await self.serve(websocket, websocket.receive, websocket.send, direct=False)
 
-    async def serve(self, websocket: WebSocket, receive: Receive, send: Send) -> None:
+    async def serve(self, websocket: WebSocket, receive: Receive, send: Send, *, direct: bool = True) -> None:
         """`__call__`, with the session's frames taken from `receive` and answered through `send`.
 
-        `EnvkitApp` passes the connection's raw ASGI channels here: Starlette's checks on every message
-        (`websocket.receive`, `send_text`) cost more per step than the handshake's once.
+        `EnvkitApp` passes the connection's raw ASGI channels here (`direct`): Starlette's checks on every
+        message (`websocket.receive`, `send_text`) cost more per step than the handshake's once, and the
+        transport may then answer the frames of `RUN_INLINE` environments itself (`INLINE_FRAMES`). Through
+        the ordinary route (an app with middleware), every frame goes through `receive` and `send`.
         """
         if websocket.scope.get("query_string") and ATTACH_PARAMETER in websocket.query_params:
             await self._serve_attached(websocket, websocket.query_params[ATTACH_PARAMETER])
@@ -139,12 +141,12 @@ class SessionHandler:
                 await _refuse(websocket, self.client_refusal(client))
                 return
         try:
-            await self._serve(websocket)
+            await self._serve(websocket, receive, send, direct)
         finally:
             if client is not None:
                 pool.drop_client(client)
 
-    async def _serve(self, websocket: WebSocket) -> None:
+    async def _serve(self, websocket: WebSocket, receive: Receive, send: Send, direct: bool) -> None:
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
@@ -166,7 +168,8 @@ class SessionHandler:
             pool.add(session)
             features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
                                       websocket.scope.get("query_string", b""))
-            answer_inline = (websocket.scope.get("extensions") or {}).get(INLINE_FRAMES) if self.inline_factory else None
+            extensions = websocket.scope.get("extensions") or {}
+            answer_inline = extensions.get(INLINE_FRAMES) if direct and self.inline_factory else None
             if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
                 inline = answer_inline(self, session, features)
             while session.ended is None:

@@ -156,8 +156,9 @@ class McpDriver(_HttpDriver):
     path = "/mcp"
 
     async def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        status, body = await self.connection.post(self.path, orjson.dumps(
-            {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": {"name": tool, "arguments": arguments}}))
+        request = {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call",
+                   "params": {"name": tool, "arguments": arguments}}
+        status, body = await self.connection.post(self.path, orjson.dumps(request))
         problem = self.problem(status, body)
         if problem:
             raise HttpError(f"{tool}: {problem}")

@@ -140,7 +140,8 @@ async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, actio
     cpu_window = marks.get("stepped", ended) - marks.get("steps", started)
     cpu_stepping = marks.get("stepped_cpu", cpu_ended) - marks.get("steps_cpu", cpu_started)
     return LoadResult(
-        url=_label(url), client=protocol if protocol != "ws" else driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
+        url=_label(url), client=driver_cls.name if protocol == "ws" else protocol, sessions=sessions,
+        steps_per_session=steps, sessions_ok=tally.sessions_ok,
         steps=tally.steps, step_seconds=round(step_seconds, 4),
         steps_per_s=round(tally.steps / step_seconds, 1) if tally.steps else 0.0,
         step_latency_ms=latency_summary(tally.step_latencies), connect_reset_ms=latency_summary(tally.connect_latencies),
