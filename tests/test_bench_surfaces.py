@@ -112,6 +112,14 @@ def test_failures_are_counted_by_reason(parrot: str, protocol: str, unknown_tool
     assert (crowded.sessions_ok, crowded.failures) == (2, {full: 2})
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_nothing_listening_is_a_connect_failure(protocol: str) -> None:
+    with serve(Parrot) as url:
+        pass  # the port is free again once the server stopped
+    result = run_sync(run_load(url, 2, 1, protocol=protocol, tool="say"))
+    assert result.failures == {"connect: connection refused": 2}
+
+
 def test_cli_runs_over_mcp_and_refuses_ramp_or_churn_there(parrot: str) -> None:
     def bench(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "envkit.cli", "bench", "--url", parrot, *args],

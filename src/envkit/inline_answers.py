@@ -100,7 +100,7 @@ class InlineAnswers:
         raise NotImplementedError
 
     def set_reading(self, paused: bool) -> None:
-        """Stop (True) or resume (False) reading the connection; return False-y if the connection is gone."""
+        """Stop (True) or resume (False) reading the connection (nothing once it is gone)."""
         raise NotImplementedError
 
     async def answered_all(self) -> None:

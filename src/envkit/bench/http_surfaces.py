@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from .drivers import connect_failure
 from .script import ActionTemplate, SessionScript
 
 __all__ = ["HttpConnection", "McpDriver", "OrsDriver", "HTTP_PROTOCOLS"]
@@ -83,7 +84,8 @@ def _reason(status: int, body: bytes) -> str:
             return f"HTTP {status}: JSON-RPC error {answer['error'].get('code')}"
         if answer.get("reason") or answer.get("error"):   # ORS
             return f"HTTP {status}: {answer.get('reason') or 'error'}"
-        if answer.get("result", {}).get("isError"):
+        result = answer.get("result")
+        if isinstance(result, dict) and result.get("isError"):
             return f"HTTP {status}: tool error"
     return f"HTTP {status}"
 
@@ -108,8 +110,7 @@ class _HttpDriver:
         try:
             await self.connection.connect()
         except Exception as error:
-            from .drivers import _connect_failure
-            script.fail(_connect_failure(error))
+            script.fail(connect_failure(error))
             return
         try:
             await self.open_episode()
