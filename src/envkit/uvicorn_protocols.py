@@ -29,7 +29,6 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-
 from websockets.exceptions import InvalidState
 
 from .app import HANDSHAKE_TIMEOUT_S
