@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 ORDER = ["envkit", "envkit-picows", "openenv", "fastapi", "picows"]
+SURFACE_LABELS = {"ws": "`/ws` step", "mcp": "MCP `tools/call` (`/mcp`)", "ors": "ORS `/call` (server-sent events)",
+                  "http-floor": "a bare Starlette POST route (the floor of an HTTP call)"}
 
 
 def _median(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float | None]) -> float | None:
@@ -34,7 +36,10 @@ def paired_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, level: int,
     """Median over rounds of a/b, each round's runs paired (they ran minutes apart, not hours)."""
     if a is None or b is None or level not in a["runs"] or level not in b["runs"]:
         return "-"
-    ratios = [x[metric] / y[metric] for x, y in zip(a["runs"][level], b["runs"][level]) if x[metric] and y[metric]]
+    def value(run: dict[str, Any]) -> float | None:
+        return run["step_latency_ms"]["p99"] if metric == "p99" else run[metric]
+
+    ratios = [value(x) / value(y) for x, y in zip(a["runs"][level], b["runs"][level]) if value(x) and value(y)]
     return f"{statistics.median(ratios):.2f}×" if ratios else "-"
 
 
@@ -58,14 +63,35 @@ def tables(report: dict[str, Any]) -> str:
         rate, p99, cpu = s[key]["rate"], s[key]["p99"], s[key]["cpu"]
         lines.append(f"| {s[key]['label']} | " + " | ".join(_num(rate.get(level)) for level in levels) +
                      f" | {_num(p99.get(64), 1)} | {_ratio(rate.get(1024), rate.get(64))} | {_num(cpu.get(64), 1)} |")
-    lines += ["", "Ratios of steps/s, paired round by round:", "",
-              "| server | ÷ OpenEnv @64 | ÷ OpenEnv @256 | ÷ FastAPI @64 | ÷ FastAPI @256 | ÷ picows @64 | ÷ picows @256 |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["", "Ratios of steps/s (and of p99 latency), paired round by round:", "",
+              "| server | ÷ OpenEnv @64 | ÷ OpenEnv @1024 | ÷ FastAPI @64 | ÷ FastAPI @1024 | p99 ÷ FastAPI's @64 "
+              "| ÷ picows @64 | ÷ picows @1024 |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key in present:
-        cells = [paired_ratio(s[key], s.get(other), level)
-                 for other, level in (("openenv", 64), ("openenv", 256), ("fastapi", 64), ("fastapi", 256),
-                                      ("picows", 64), ("picows", 256))]
+        cells = [paired_ratio(s[key], s.get(other), level, metric)
+                 for other, level, metric in (("openenv", 64, "steps_per_s"), ("openenv", 1024, "steps_per_s"),
+                                              ("fastapi", 64, "steps_per_s"), ("fastapi", 1024, "steps_per_s"),
+                                              ("fastapi", 64, "p99"), ("picows", 64, "steps_per_s"),
+                                              ("picows", 1024, "steps_per_s"))]
         lines.append(f"| {s[key]['label']} | " + " | ".join(cells) + " |")
+    surfaces = report.get("surfaces")
+    if surfaces:
+        lines += ["", f"Surfaces of envkit (uvicorn), {surfaces['sessions']} sessions, {surfaces['rounds']} "
+                  "interleaved round(s), medians: one step or tool call each (and a bare Starlette POST route beside "
+                  "them)", "",
+                  "| surface | calls/s | p99 ms | server CPU µs/call | ÷ `/ws` step (CPU, paired) |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        ws = surfaces["runs"].get("ws") or []
+        for name, runs in surfaces["runs"].items():
+            cpu = _median(runs, lambda run: run.get("server_cpu_us_per_step_stepping"))
+            paired = [run["server_cpu_us_per_step_stepping"] / base["server_cpu_us_per_step_stepping"]
+                      for run, base in zip(runs, ws)
+                      if run.get("server_cpu_us_per_step_stepping") and base.get("server_cpu_us_per_step_stepping")]
+            ratio = f"{statistics.median(paired):.2f}×" if paired else "-"
+            rate = _median(runs, lambda run: run["steps_per_s"])
+            p99 = _median(runs, lambda run: run["step_latency_ms"]["p99"])
+            label = SURFACE_LABELS.get(name, name)
+            lines.append(f"| {label} | {_num(rate)} | {_num(p99, 1)} | {_num(cpu, 1)} | {ratio} |")
     lines += ["", "| server | held open at once (≥95% ok, 60 s) | kB per open session | RSS after close ÷ idle | "
               "threads idle / held | sessions opened+closed/s | ÷ OpenEnv | server CPU ms/session | "
               "load generator CPU: churn / steps (max) |",

@@ -5,7 +5,8 @@
 
 Servers: (a) envkit on uvicorn, (a') envkit with `--transport picows`, (b) OpenEnv 0.10.0 from PyPI
 in its own venv (benchmarks/.venv-openenv, created when missing), (c) a minimal FastAPI handler on
-uvicorn, (d) a bare picows server.
+uvicorn, (d) a bare picows server; on envkit's default server, a `/ws` step, an MCP `tools/call` and
+an ORS `/call` are compared too (`envkit bench --protocol`).
 Each server runs pinned to core 0 and the load generator to core 1 (when there are two
 cores); the load levels are interleaved across servers, round after round, because figures on
 shared machines drift. Then each server, restarted fresh, is measured for memory per open
@@ -41,6 +42,8 @@ OPENENV_REQUIREMENT = "openenv==0.10.0"
 SERVER_CORE, LOAD_CORE = 0, 1
 MAX_SESSIONS = "20000"
 SERVER_KEYS = ("envkit", "envkit-picows", "openenv", "fastapi", "picows")
+#: The surfaces of envkit's default server compared per call (`envkit bench --protocol`).
+SURFACES = ("ws", "mcp", "ors")
 
 
 @dataclass
@@ -185,7 +188,7 @@ def steps_for(sessions: int, total: int) -> int:
     return max(50, min(2000, total // sessions))
 
 
-def measured_load(server: Server, sessions: int, steps: int) -> dict[str, Any]:
+def measured_load(server: Server, sessions: int, steps: int, protocol: str = "ws") -> dict[str, Any]:
     """One `envkit bench` load, plus the server's CPU time per step: from the first step to the last close
     (`server_cpu_us_per_step`), and while the sessions step, closes left out (`..._stepping`)."""
     marks: list[float] = []
@@ -193,7 +196,8 @@ def measured_load(server: Server, sessions: int, steps: int) -> dict[str, Any]:
     async def mark() -> None:
         marks.append(server.cpu_s())
 
-    result = run_sync(run_load(server.url, sessions, steps, timeout_s=180, on_open=mark, on_stepped=mark)).to_dict()
+    result = run_sync(run_load(server.url, sessions, steps, protocol=protocol, timeout_s=180, on_open=mark,
+                               on_stepped=mark)).to_dict()
     ended = server.cpu_s()
     for key, cpu in (("server_cpu_us_per_step", ended - marks[0] if marks else 0.0),
                      ("server_cpu_us_per_step_stepping", marks[1] - marks[0] if len(marks) == 2 else 0.0)):
@@ -217,6 +221,30 @@ def load_matrix(servers: list[Server], levels: list[int], rounds: int, total: in
                       f"server {run['server_cpu_us_per_step']} us/step ({run['server_cpu_us_per_step_stepping']} stepping)  ok {run['sessions_ok']}/{level}  "
                       f"loadgen {run['loadgen_cpu']:.0%}", flush=True)
     return runs
+
+
+def surface_matrix(server: Server, rounds: int, sessions: int, calls: int) -> dict[str, Any]:
+    """A `/ws` step, an MCP `tools/call` and an ORS `/call` of the echo tool on one envkit server, and a POST to a
+    bare Starlette route (the floor of any HTTP call on this stack), interleaved."""
+    floor = Server("http-floor", "bare Starlette POST", [sys.executable, "starlette_post.py", "--port", "{port}"],
+                   server.log_dir)
+    floor.start()
+    targets = [(protocol, server, protocol) for protocol in SURFACES] + [("http-floor", floor, "mcp")]
+    runs: dict[str, list] = {name: [] for name, _, _ in targets}
+    try:
+        for _, target, protocol in targets:
+            run_sync(run_load(target.url, 16, 20, protocol=protocol))  # warm up
+        for round_index in range(rounds):
+            for name, target, protocol in targets[round_index % len(targets):] + targets[:round_index % len(targets)]:
+                run = measured_load(target, sessions, calls, protocol)
+                runs[name].append(run)
+                print(f"  round {round_index + 1} {target.label} over {protocol:>3}, {sessions} sessions: "
+                      f"{run['steps_per_s']:>9,.0f} calls/s  p99 {run['step_latency_ms']['p99']} ms  "
+                      f"server {run['server_cpu_us_per_step_stepping']} us/call  ok {run['sessions_ok']}/{sessions}  "
+                      f"mismatches {run['mismatches']}", flush=True)
+    finally:
+        floor.stop()
+    return {"sessions": sessions, "rounds": rounds, "runs": runs}
 
 
 async def memory_held(server: Server, sessions: int) -> dict[str, Any]:
@@ -273,6 +301,8 @@ def main() -> None:
     parser.add_argument("--openenv-python", help="python of an existing venv with openenv 0.10.0 installed")
     parser.add_argument("--only", help=f"comma-separated server keys ({','.join(SERVER_KEYS)})")
     parser.add_argument("--ramp-budget", type=float, default=60.0, help="seconds per server for the ramp (0: no ramp)")
+    parser.add_argument("--surface-calls", type=int, default=100,
+                        help="calls per session (64 sessions) comparing /ws, MCP and ORS on envkit (0: skip)")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="where results are written")
     args = parser.parse_args()
     rounds, total, hold, churn_s = (1, 6000, 1024, 3.0) if args.quick else (args.rounds, 30000, 2048, 5.0)
@@ -295,6 +325,9 @@ def main() -> None:
         print(f"starting {server.label}: healthy after {server.start():.2f} s", flush=True)
     try:
         runs = load_matrix(servers, levels, rounds, total)
+        envkit = next((server for server in servers if server.key == "envkit"), None)
+        if envkit is not None and args.surface_calls:
+            report["surfaces"] = surface_matrix(envkit, rounds, 64, args.surface_calls)
     finally:
         for server in servers:
             server.stop()

@@ -140,11 +140,12 @@ def create_app(
     app.state.envkit_metrics = metrics
     ors = OrsSurface(name, env_class, handler)
     documents.metadata["ors"] = ors.metadata
-    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
-    app.include_router(ors.router())
+    # The per-call routes come first: FastAPI tries routes in order, and the ORS router holds dozens.
     app.add_api_websocket_route("/ws", handler)
     mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
     app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
+    app.include_router(ors.router())
     documents.metadata["web"] = mount_web(app, env_class)
     return app
 
@@ -176,7 +177,7 @@ class EnvkitApp(FastAPI):
         if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None
                 and not self.user_middleware and not self.root_path and not scope.get("root_path")):
             scope["app"] = self
-            await self.session_handler(WebSocket(scope, receive, send))
+            await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
             return
         await super().__call__(scope, receive, send)
 

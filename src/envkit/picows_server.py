@@ -33,9 +33,8 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from contextlib import contextmanager
-from typing import Any, Callable, Coroutine, Generator, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs
 
 import orjson
@@ -59,6 +58,7 @@ from .environment import Environment
 from .errors import ConfigurationError
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import FEATURES_HEADER, REFUSED_HEADER, SESSION_ID_HEADER, CloseCode, ErrorCode, Features, error_frame
+from .inline_answers import InlineAnswers, run_eagerly
 from .quiet_log import TransportLog
 from .routes import Documents
 from .sessions import Session, new_session_id
@@ -73,9 +73,6 @@ READ_BUFFER_BYTES = 2048
 SHUTDOWN_GRACE_S = 5.0
 #: How long a socket the server closes waits for the client's close frame before it is dropped anyway.
 CLOSE_TIMEOUT_S = 2.0
-#: Frames of one connection waiting while an earlier one is answered; past this the connection is not read
-#: until they are answered (as uvicorn reads a connection's next frame only once the last one was taken).
-MAX_WAITING_FRAMES = 16
 _JSON = {"Content-Type": "application/json"}
 #: What the access layer cannot do on this transport, as `/metadata` says it.
 PICOWS_ACCESS_NOT_SUPPORTED = [
@@ -93,53 +90,6 @@ PICOWS_LOG_RULES: dict[str, str | None] = {
     "WS parser failure": "bad_frame",
     "on_ws_frame raised WSProtocolError": "bad_frame",
 }
-
-
-def first_step(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
-    """Run `coro` until it first waits: `(True, result)` if it finished, else `(False, what it waits on)`.
-
-    A frame of an inline environment is answered without ever waiting, so it costs no task.
-    """
-    try:
-        return False, coro.send(None)
-    except StopIteration as finished:
-        return True, finished.value
-
-
-def run_eagerly(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run `coro` now, as far as it goes without waiting; a task finishes it if it must wait."""
-    finished, waiting_on = first_step(coro)
-    if not finished:
-        asyncio.get_running_loop().create_task(_Resumed(coro, waiting_on).run())
-
-
-class _Resumed:
-    """A started coroutine, continued under a task from the future it was waiting on."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
-        self.coro, self.waiting_on = coro, waiting_on
-
-    async def run(self) -> Any:
-        return await self
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, waiting_on = self.coro, self.waiting_on
-        while True:
-            try:
-                sent = yield waiting_on
-            except GeneratorExit:   # the task is being destroyed (its loop closed): close the coroutine with it
-                coro.close()
-                raise
-            except BaseException as error:  # noqa: BLE001 — thrown into the task: pass it on to the coroutine
-                try:
-                    waiting_on = coro.throw(error)
-                except StopIteration as finished:
-                    return finished.value
-            else:
-                try:
-                    waiting_on = coro.send(sent)
-                except StopIteration as finished:
-                    return finished.value
 
 
 def send_refusal(transport: WSTransport, refusal: Refusal) -> None:
@@ -205,22 +155,17 @@ class MessageListener(WSListener):
         self.on_message(raw)
 
 
-class SessionListener(MessageListener):
-    """One session's connection: messages answered in order, the slot released once it has gone."""
+class SessionListener(InlineAnswers, MessageListener):
+    """One session's connection: messages answered in order (`InlineAnswers`), the slot released once it has gone."""
 
     def __init__(self, handler: SessionHandler, env: Environment, features: Features, max_frame_bytes: int,
                  session_id: str | None = None) -> None:
-        super().__init__(max_frame_bytes)
-        self.handler = handler
+        MessageListener.__init__(self, max_frame_bytes)
+        InlineAnswers.__init__(self, handler, features)
         self.session = Session(handler.pool, env, self.close_socket, ping=self.send_ping, session_id=session_id)
-        self.features = features
         self.transport: WSTransport | None = None
-        self.waiting: deque[bytes] = deque()   # messages that arrived while an earlier one was being answered
-        self.answering: asyncio.Task[None] | None = None
         self.drop_later: asyncio.TimerHandle | None = None
         self.gone = False
-        self.write_paused = False   # the client does not read its replies fast enough
-        self.read_paused = False
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
@@ -229,24 +174,23 @@ class SessionListener(MessageListener):
     # While the socket's write buffer is over its high-water mark, or frames wait to be answered, the
     # connection is not read; the client's own sends then block, as they do against uvicorn.
 
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        self._pace_reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self._pace_reading()
-
-    def _pace_reading(self) -> None:
-        pause = self.write_paused or len(self.waiting) >= MAX_WAITING_FRAMES
+    def set_reading(self, paused: bool) -> None:
         transport = self.transport
-        if pause is self.read_paused or transport is None or transport.is_disconnected:
+        if transport is None or transport.is_disconnected:
             return
-        self.read_paused = pause
-        if pause:
+        if paused:
             transport.underlying_transport.pause_reading()
         else:
             transport.underlying_transport.resume_reading()
+
+    def send_reply(self, reply: str) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            transport.send(WSMsgType.TEXT, reply.encode())
+
+    async def answered_all(self) -> None:
+        if self.gone:
+            await self._release()
 
     def on_too_big(self) -> None:
         self.handler.pool.metrics.bad_client_input("frame_too_big", "fragmented message over the frame limit")
@@ -269,48 +213,6 @@ class SessionListener(MessageListener):
 
     def on_pong(self) -> None:
         self.session.pong_received()
-
-    def on_message(self, raw: bytes) -> None:
-        """Answer one message, after those that came before it; none once the session has ended."""
-        if self.answering is not None:
-            self.waiting.append(raw)
-            if len(self.waiting) >= MAX_WAITING_FRAMES:
-                self._pace_reading()
-            return
-        if self.session.ended is not None:
-            return
-        coro = self.handler.handle(self.session, raw, features=self.features)
-        finished, outcome = first_step(coro)
-        if not finished:
-            self.answering = asyncio.get_running_loop().create_task(self._answer_in_order(coro, outcome))
-        elif not self._send(outcome):
-            run_eagerly(self.session.end(CloseCode.NORMAL, "session closed"))
-
-    async def _answer_in_order(self, started: Coroutine[Any, Any, str | None], waiting_on: Any) -> None:
-        """Finish answering a frame that had to wait, then the frames that arrived meanwhile, in order."""
-        try:
-            reply = await _Resumed(started, waiting_on)
-            while self._send(reply):
-                if self.read_paused:
-                    self._pace_reading()
-                if not self.waiting:
-                    return
-                reply = await self.handler.handle(self.session, self.waiting.popleft(), features=self.features)
-            self.waiting.clear()
-            await self.session.end(CloseCode.NORMAL, "session closed")
-        finally:
-            self.answering = None
-            if self.gone:
-                await self._release()
-
-    def _send(self, reply: str | None) -> bool:
-        """Send a reply; False when the session is over (the client sent `close`, or it was ended)."""
-        if reply is None or self.session.ended is not None:
-            return False
-        transport = self.transport
-        if transport is not None and not transport.is_disconnected:
-            transport.send(WSMsgType.TEXT, reply.encode())
-        return True
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self.gone = True

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from .environment import Observation
+from .model_codec import dump
 
 __all__ = [
     "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
@@ -146,7 +147,7 @@ def encode(frame: dict[str, Any]) -> str:
 
 def observation_payload(observation: Observation) -> dict[str, Any]:
     """The `data` of an observation frame: the observation's fields, with reward and done beside them."""
-    fields = observation.model_dump()
+    fields = dump(observation)
     reward = fields.pop("reward")
     done = fields.pop("done")
     payload = {"observation": fields, "reward": reward, "done": done}

@@ -124,6 +124,9 @@ class Session:
     async def step(self, action: Action) -> Observation:
         if self._async_step:
             return await self.env.step_async(action)
+        if self._inline:   # `run`'s work without its frame: the step path of inline environments
+            result = self.env.step(action)
+            return result if isinstance(result, BaseModel) or not inspect.isawaitable(result) else await result
         return await self.run(self.env.step, action)
 
     async def state(self) -> Any:

@@ -29,11 +29,15 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
 
 from .app import HANDSHAKE_TIMEOUT_S
+from .inline_answers import InlineAnswers
 from .metrics import ServerMetrics
-from .protocol import CloseCode
+from .protocol import CloseCode, Features
 from .quiet_log import TransportLog
+from .sessions import Session
+from .ws_handler import INLINE_FRAMES, SessionHandler
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -161,13 +165,21 @@ class _LimitedHeads:
 
 
 class _QuietWebSocket(WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol with `TransportLog`, counting the frames that break the protocol."""
+    """uvicorn's WebSocket protocol with `TransportLog`, counting the frames that break the protocol, and
+    answering the frames of `RUN_INLINE` environments inside `data_received`.
+
+    A connection's handshake offers `answer_inline` to the app (the scope extension `INLINE_FRAMES`);
+    once `SessionHandler` takes it, each message goes straight to the session's `InlineAnswers`
+    instead of through the ASGI queue and a task switch to the app, and each reply is written at once.
+    Disconnects and closes still reach the app through the queue.
+    """
 
     metrics: ServerMetrics | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.logger = TransportLog(self.logger, self.metrics, UVICORN_LOG_RULES)  # type: ignore[assignment]
+        self.inline: InlineAnswers | None = None
 
     def handle_parser_exception(self) -> None:
         sent = self.conn.close_sent
@@ -176,6 +188,84 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
             kind = {1007: "invalid_utf8", CloseCode.MESSAGE_TOO_BIG: "frame_too_big"}.get(code, "bad_frame")
             self.metrics.bad_client_input(kind, sent.reason if sent is not None and sent.reason else f"close {code}")
         super().handle_parser_exception()
+
+    # -- frames answered inline ---------------------------------------------------------------
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        if self.response.status_code == 101:
+            self.scope["extensions"][INLINE_FRAMES] = self.answer_inline  # type: ignore[index]
+
+    def answer_inline(self, handler: SessionHandler, session: Session, features: Features) -> InlineAnswers:
+        """From now on, answer `session`'s frames inside `data_received` (the `INLINE_FRAMES` extension)."""
+        self.inline = answers = _InlineOverUvicorn(self, handler, session, features)
+        if not self.writable.is_set():
+            answers.pause_writing()
+        return answers
+
+    def send_receive_event_to_app(self) -> None:
+        answers = self.inline
+        if answers is None:
+            super().send_receive_event_to_app()
+            return
+        frames = self.frames
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        self.frames = []
+        if self.close_sent:   # past the close: drop it, and keep reading until the client's close frame comes
+            return
+        if self.curr_msg_data_type == "text":
+            try:
+                text = data.decode()
+            except UnicodeDecodeError:
+                self.logger.exception("Invalid UTF-8 sequence received from client.")
+                self.conn.send_close(1007)
+                self.handle_parser_exception()
+                return
+            answers.on_message(text)
+        else:
+            answers.on_message(data)
+
+    def send_text_now(self, text: str) -> None:
+        """Write one text frame at once (a reply answered inline); nothing once the connection is closing."""
+        if self.close_sent or self.transport.is_closing():
+            return
+        try:
+            self.conn.send_text(text.encode())
+        except InvalidState:   # the client's close frame came first
+            return
+        self.transport.write(b"".join(self.conn.data_to_send()))
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.inline is not None:
+            self.inline.pause_writing()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.inline is not None:
+            self.inline.resume_writing()
+
+
+class _InlineOverUvicorn(InlineAnswers):
+    """`InlineAnswers` writing through a `_QuietWebSocket`."""
+
+    def __init__(self, protocol: _QuietWebSocket, handler: SessionHandler, session: Session,
+                 features: Features) -> None:
+        super().__init__(handler, features)
+        self.session = session
+        self.protocol = protocol
+
+    def send_reply(self, reply: str) -> None:
+        self.protocol.send_text_now(reply)
+
+    def set_reading(self, paused: bool) -> None:
+        transport = self.protocol.transport
+        if transport.is_closing():
+            return
+        if paused:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
 
 
 def protocol_classes(limits: HeadLimits) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:

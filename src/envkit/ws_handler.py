@@ -11,16 +11,19 @@ each with a close code that says why.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from pydantic import ValidationError
+from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .access import AccessPolicy
 from .environment import Action, Environment, Observation
+from .model_codec import validator_for
 from .protocol import (
     FEATURES_HEADER,
     REFUSED_HEADER,
@@ -38,6 +41,9 @@ from .protocol import (
 from .sessions import Session, SessionPool, current_client
 from .tools import ToolSpec
 
+if TYPE_CHECKING:
+    from .inline_answers import InlineAnswers
+
 logger = logging.getLogger("envkit.server")
 
 #: `/ws?session_id=ID` attaches the socket to a session opened over HTTP (`/mcp`'s `openenv/session/create`),
@@ -45,7 +51,11 @@ logger = logging.getLogger("envkit.server")
 ATTACH_PARAMETER = "session_id"
 
 __all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER",
-           "reset_method"]
+           "reset_method", "INLINE_FRAMES"]
+
+#: ASGI scope extension a transport may offer: `answer_inline(handler, session, features) -> InlineAnswers` makes
+#: it answer the session's frames in its own callbacks (`uvicorn_protocols`); taken for `RUN_INLINE` environments.
+INLINE_FRAMES = "envkit.inline_frames"
 
 
 class Refusal(NamedTuple):
@@ -98,6 +108,7 @@ class SessionHandler:
         #: Finds the client address that per-client limits count by.
         self.access = access or AccessPolicy()
         self.action_cls = action_cls
+        self._validate_action = validator_for(action_cls)
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
@@ -108,6 +119,16 @@ class SessionHandler:
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
+        await self.serve(websocket, websocket.receive, websocket.send, direct=False)
+
+    async def serve(self, websocket: WebSocket, receive: Receive, send: Send, *, direct: bool = True) -> None:
+        """`__call__`, with the session's frames taken from `receive` and answered through `send`.
+
+        `EnvkitApp` passes the connection's raw ASGI channels here (`direct`): Starlette's checks on every
+        message (`websocket.receive`, `send_text`) cost more per step than the handshake's once, and the
+        transport may then answer the frames of `RUN_INLINE` environments itself (`INLINE_FRAMES`). Through
+        the ordinary route (an app with middleware), every frame goes through `receive` and `send`.
+        """
         if websocket.scope.get("query_string") and ATTACH_PARAMETER in websocket.query_params:
             await self._serve_attached(websocket, websocket.query_params[ATTACH_PARAMETER])
             return
@@ -120,17 +141,18 @@ class SessionHandler:
                 await _refuse(websocket, self.client_refusal(client))
                 return
         try:
-            await self._serve(websocket)
+            await self._serve(websocket, receive, send, direct)
         finally:
             if client is not None:
                 pool.drop_client(client)
 
-    async def _serve(self, websocket: WebSocket) -> None:
+    async def _serve(self, websocket: WebSocket, receive: Receive, send: Send, direct: bool) -> None:
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
             await _refuse(websocket, self.refusal())
             return
         session: Session | None = None
+        inline: InlineAnswers | None = None
         try:
             try:
                 env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
@@ -146,20 +168,30 @@ class SessionHandler:
             pool.add(session)
             features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
                                       websocket.scope.get("query_string", b""))
+            extensions = websocket.scope.get("extensions") or {}
+            answer_inline = extensions.get(INLINE_FRAMES) if direct and self.inline_factory else None
+            if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
+                inline = answer_inline(self, session, features)
             while session.ended is None:
-                message = await websocket.receive()
+                message = await receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
-                reply = await self.handle(session, raw if raw is not None else message.get("bytes") or b"",
-                                          features=features)
+                if raw is None:
+                    raw = message.get("bytes") or b""
+                if inline is not None:   # a frame queued before the transport took over
+                    inline.on_message(raw)
+                    continue
+                reply = await self.handle(session, raw, features=features)
                 if reply is None or session.ended is not None:
                     return
-                await websocket.send_text(reply)
-        except WebSocketDisconnect:   # the client went away while its reply was being sent: nothing to log
+                await send({"type": "websocket.send", "text": reply})
+        except (WebSocketDisconnect, OSError):   # the client went away while its reply was being sent: nothing to log
             return
         finally:
             try:
+                if inline is not None and inline.answering is not None:   # a frame that had to wait finishes first
+                    await asyncio.wait({inline.answering})
                 if session is not None:
                     await session.end(CloseCode.NORMAL, "session closed")
             finally:
@@ -321,7 +353,8 @@ class SessionHandler:
             kind, data = decode_frame(raw)
             if kind == "step":
                 observation = self._checked(await session.step(self._action(session, data)), "step")
-                return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
+                return observation_frame(observation, with_text=features.text,
+                                         metrics=self._metrics(session, features) if features.metrics else None)
             if kind == "call":
                 return await self._call(session, data, features)
             if kind == "reset":
@@ -360,7 +393,7 @@ class SessionHandler:
         if not isinstance(data, dict):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
-        return self.action_cls.model_validate(data)
+        return self._validate_action(data)
 
     def reset_kwargs(self, data: Any) -> dict[str, Any]:
         """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged

@@ -40,28 +40,31 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         return f"Echo this message back with the echo tool: {message}" if message else None
 
     def __init__(self) -> None:
-        self._state = State()
+        # Plain attributes, not a State model: a model validates every assignment, and a step must stay cheap.
+        self._episode_id: str | None = None
+        self._step_count = 0
         self._target: str | None = None
         self._echoed: list[str] = []
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
-        self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
+        self._episode_id = episode_id or uuid.uuid4().hex
+        self._step_count = 0
         message = kwargs.get("message")
         self._target = message if isinstance(message, str) else None
         self._echoed = []
         return EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0)
 
     def step(self, action: EchoAction) -> EchoObservation:
-        self._state.step_count += 1
+        self._step_count += 1
         message = action.message
         self._echoed.append(message)
         return EchoObservation(echoed_message=message, message_length=len(message),
                                reward=len(message) * REWARD_PER_CHARACTER,
-                               metadata={"original_message": message, "step": self._state.step_count})
+                               metadata={"original_message": message, "step": self._step_count})
 
     @property
     def state(self) -> State:
-        return self._state
+        return State(episode_id=self._episode_id, step_count=self._step_count)
 
     def episode_metrics(self) -> dict[str, float]:
         """Whether an echo repeated the task's message, and how many characters were echoed."""

@@ -15,7 +15,8 @@ from ..access import key_headers
 from .raw_client import RawWebSocket, endpoint, open_connection
 from .script import SessionScript
 
-__all__ = ["Driver", "PicowsDriver", "RawDriver", "WebsocketsDriver", "driver_class", "available_clients"]
+__all__ = ["Driver", "PicowsDriver", "RawDriver", "WebsocketsDriver", "driver_class", "available_clients",
+           "connect_failure"]
 
 CLOSE_TIMEOUT_S = 5.0
 MAX_FRAME_BYTES = 16 << 20
@@ -28,7 +29,8 @@ class Driver(Protocol):
     async def close(self) -> None: ...
 
 
-def _connect_failure(error: BaseException) -> str:
+def connect_failure(error: BaseException) -> str:
+    """How a failed connection attempt is counted (one short reason per kind of failure)."""
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
         return "connect: timed out"
     if isinstance(error, ConnectionRefusedError):
@@ -107,7 +109,7 @@ class PicowsDriver:
                 lambda: _PicowsListener(self.script, ready, done), self.url, max_frame_size=MAX_FRAME_BYTES,
                 websocket_handshake_timeout=30, extra_headers=key_headers())
         except Exception as error:
-            self.script.fail(_connect_failure(error))
+            self.script.fail(connect_failure(error))
             return
         await ready
 
@@ -182,7 +184,7 @@ class RawDriver:
             await open_connection(self.connection)
         except Exception as error:
             self.connection = None
-            self.script.fail(_connect_failure(error))
+            self.script.fail(connect_failure(error))
             return
         await ready
 
@@ -223,7 +225,7 @@ class WebsocketsDriver:
                                             additional_headers=key_headers(),
                                             open_timeout=30, close_timeout=CLOSE_TIMEOUT_S)
         except Exception as error:
-            self.script.fail(_connect_failure(error))
+            self.script.fail(connect_failure(error))
             return
         await self._exchange(self.script.reset_frame())
 

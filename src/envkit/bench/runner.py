@@ -7,6 +7,7 @@ Sessions still busy when time runs out count as failures ("timed out").
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 import secrets
 import time
@@ -17,6 +18,7 @@ from ..errors import EnvConnectionError
 from ..placement import parse_server_urls, spread
 from ..protocol import ErrorCode
 from .drivers import driver_class
+from .http_surfaces import HTTP_PROTOCOLS
 from .report import ChurnResult, LoadResult, RampResult, latency_summary
 from .script import ActionTemplate, SessionScript, Tally
 
@@ -58,6 +60,7 @@ def _label(url: str | Sequence[str]) -> str:
 
 
 async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, action: dict[str, Any] | None = None, client: str = "auto",
+                   protocol: str = "ws", tool: str = "echo",
                    timeout_s: float = 60.0, connect_concurrency: int = DEFAULT_CONNECT_CONCURRENCY,
                    on_open: Callable[[], Awaitable[None]] | None = None,
                    on_stepped: Callable[[], Awaitable[None]] | None = None,
@@ -72,8 +75,12 @@ async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, actio
     server's memory with all of them held; `on_stepped` once every session has finished stepping and
     before any closes. The run stops after `timeout_s` whatever remains. `url` may name several
     servers or a registry (see `envkit.placement`): the sessions are then spread over them by load.
+
+    `protocol`: `ws` steps over the WebSocket protocol (`client` picks the library); `mcp` calls `tool`
+    with the action as its arguments over MCP (`tools/call` at `/mcp`), `ors` over the Open Reward
+    Standard (`/call`); see `http_surfaces`.
     """
-    driver_cls = driver_class(client)
+    driver_cls = driver_for(protocol, client, tool)
     targets = [websocket_url(server) for server in await spread(url, sessions)]
     tally = Tally()
     template = ActionTemplate(action)
@@ -138,13 +145,23 @@ async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, actio
     cpu_window = marks.get("stepped", ended) - marks.get("steps", started)
     cpu_stepping = marks.get("stepped_cpu", cpu_ended) - marks.get("steps_cpu", cpu_started)
     return LoadResult(
-        url=_label(url), client=driver_cls.name, sessions=sessions, steps_per_session=steps, sessions_ok=tally.sessions_ok,
+        url=_label(url), client=driver_cls.name if protocol == "ws" else protocol, sessions=sessions,
+        steps_per_session=steps, sessions_ok=tally.sessions_ok,
         steps=tally.steps, step_seconds=round(step_seconds, 4),
         steps_per_s=round(tally.steps / step_seconds, 1) if tally.steps else 0.0,
         step_latency_ms=latency_summary(tally.step_latencies), connect_reset_ms=latency_summary(tally.connect_latencies),
         failures=dict(tally.failures), mismatches=tally.mismatches if template.checks_echo else None,
         loadgen_cpu=round(cpu_stepping / max(cpu_window, 1e-9), 3),
         wall_s=round(ended - started, 3), open_seconds=round(marks.get("opened", ended) - started, 4))
+
+
+def driver_for(protocol: str, client: str = "auto", tool: str = "echo") -> Callable[[str, SessionScript], Any]:
+    """What drives one session of `protocol` (`ws`, `mcp` or `ors`); raises ValueError for an unknown one."""
+    if protocol == "ws":
+        return driver_class(client)
+    if protocol not in HTTP_PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose ws, mcp or ors")
+    return functools.partial(HTTP_PROTOCOLS[protocol], tool=tool)
 
 
 async def run_ramp(url: str | Sequence[str], *, start: int = 64, max_sessions: int = 16384, steps: int = 3, budget_s: float = 60.0,

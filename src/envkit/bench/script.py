@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -28,14 +28,19 @@ OBSERVATION_START = b'{"type":"observation"'
 
 
 class ActionTemplate:
-    """The step frame `{"type": "step", "data": ACTION}` with `{token}` spliced in per step."""
+    """The step frame `{"type": "step", "data": ACTION}` with `{token}` spliced in per step.
 
-    def __init__(self, action: dict[str, Any] | None = None) -> None:
+    `envelope` puts the action into another request instead (an MCP `tools/call`, an ORS `/call`).
+    """
+
+    def __init__(self, action: dict[str, Any] | None = None,
+                 envelope: Callable[[dict[str, Any]], Any] = lambda action: {"type": "step", "data": action}) -> None:
         if action is None:
             action = {"message": TOKEN}
         if not isinstance(action, dict):
             raise ValueError(f"the action must be a JSON object of the environment's action fields, got {action!r}")
-        self.parts = orjson.dumps({"type": "step", "data": action}).split(TOKEN.encode())
+        self.action = action
+        self.parts = orjson.dumps(envelope(action)).split(TOKEN.encode())
 
     @property
     def checks_echo(self) -> bool:
@@ -103,13 +108,16 @@ class SessionScript:
         return self.template.frame(self.token)
 
     def on_reply(self, raw: bytes) -> bytes | None:
+        """Take a reply frame of the WebSocket protocol; the next frame to send, or None."""
+        return self.take(raw, "" if raw.startswith(OBSERVATION_START) else _problem_with(raw))
+
+    def take(self, raw: bytes, problem: str) -> bytes | None:
+        """Take a reply that the driver found good (`problem` empty) or not (why); the next request, or None."""
         now = time.perf_counter()
         if self.outcome is not None:
             return None
-        if not raw.startswith(OBSERVATION_START):
-            problem = _problem_with(raw)
-            if problem:
-                return self.fail(problem)
+        if problem:
+            return self.fail(problem)
         tally = self.tally
         if not self.ready:
             tally.connect_latencies.append(now - self.started)

@@ -60,20 +60,27 @@ def _progress_printer(enabled: bool) -> Any:
               help="Stop a load run after this many seconds, whatever is left.")
 @click.option("--client", type=click.Choice(["auto", "picows", "raw", "websockets"]), default="auto", show_default=True,
               help="Client library (auto: picows when installed; raw for --churn).")
+@click.option("--protocol", type=click.Choice(["ws", "mcp", "ors"]), default="ws", show_default=True,
+              help="Surface to step over: the WebSocket protocol, MCP tools/call at /mcp, or the Open Reward "
+                   "Standard's /call (an HTTP connection kept alive per session).")
+@click.option("--tool", default="echo", show_default=True,
+              help="With --protocol mcp or ors: the tool each step calls, with --action as its arguments.")
 @click.option("--connect-concurrency", type=click.IntRange(min=1), default=128, show_default=True,
               help="WebSocket handshakes in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @api_key_option
 def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
-            budget: float, churn: float | None, hold: float, timeout: float, client: str, connect_concurrency: int,
+            budget: float, churn: float | None, hold: float, timeout: float, client: str, protocol: str, tool: str,
+            connect_concurrency: int,
             as_json: bool, quiet: bool) -> None:
     """Load a running server with concurrent sessions: steps/s, latency, failures and correctness.
 
     Each session resets, then sends STEPS step frames in sequence; each step carries a token of
-    its own and the reply must carry it back (mismatches are counted). All sessions connect and
-    reset before any steps and close after the last step reply, so steps/s counts stepping only;
-    connect+reset latency is reported apart. Works against envkit and OpenEnv servers alike.
+    its own and the reply must carry it back (mismatches are counted). With --protocol mcp or ors
+    each step is a call of --tool over that surface instead, with the same tokens and checks. All
+    sessions connect and reset before any steps and close after the last step reply, so steps/s
+    counts stepping only; connect+reset latency is reported apart. Works against envkit and OpenEnv servers alike.
 
     \b
     Examples:
@@ -81,6 +88,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
       envkit bench --url ws://127.0.0.1:8001 --ramp --budget 60 --json
       envkit bench --url ws://127.0.0.1:8001 --churn 5 --sessions 16
       envkit bench --url http://127.0.0.1:8001,http://127.0.0.1:8002 --sessions 128
+      envkit bench --url http://127.0.0.1:8001 --protocol mcp --sessions 64 --steps 200
     """
     from ..placement import parse_server_urls
 
@@ -93,6 +101,8 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
 
     if ramp and churn is not None:
         raise click.UsageError("--ramp and --churn measure different things; pass one of them")
+    if protocol != "ws" and (ramp or churn is not None):
+        raise click.UsageError(f"--protocol {protocol} measures steps only; --ramp and --churn run over ws")
     if ramp and ramp_start > ramp_max:
         raise click.UsageError(f"--ramp-start {ramp_start} is above --ramp-max {ramp_max}")
     action = _parse_action(action_json)
@@ -112,7 +122,8 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
         result = run_sync(run_churn(url, churn, workers=sessions, client=client, progress=progress))
         succeeded, failures = result.sessions > 0, result.failures
     else:
-        result = run_sync(run_load(url, sessions, steps, action=action, client=client, timeout_s=timeout,
+        result = run_sync(run_load(url, sessions, steps, action=action, client=client, protocol=protocol, tool=tool,
+                                   timeout_s=timeout,
                                    connect_concurrency=connect_concurrency,
                                    on_open=(lambda: asyncio.sleep(hold)) if hold else None, progress=progress))
         succeeded, failures = result.sessions_ok > 0, result.failures
