@@ -39,11 +39,11 @@ from .train import _json_mapping
               help="JSONL or CSV rows instead of a split; their columns reach reset (as in envkit train).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 decodes greedily.")
 @click.option("--max-completion-length", type=int, default=None,
-              help="Token budget of a whole episode, tool results included. [default: as envkit train: 128 for "
-                   "tiny, else 1024]")
+              help="Token budget of a whole episode, tool results included. [default: as envkit train: fitted to "
+                   "the environment's episode length; else 128 for tiny, 1024 for others]")
 @click.option("--max-tool-calling-iterations", type=int, default=None,
-              help="Rounds of tool calls per episode. [default: as envkit train: 3 for tiny, else 10; policies "
-                   "play to the end]")
+              help="Rounds of tool calls per episode. [default: as envkit train: the environment's episode length "
+                   "+ 2; else 3 for tiny, 10 for others; policies play to the end]")
 @click.option("--enable-thinking/--disable-thinking", default=None,
               help="Chat template's enable_thinking. [default: the template's; off for tiny]")
 @click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
