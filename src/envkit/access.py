@@ -115,6 +115,20 @@ def split_host(value: str) -> tuple[str, int | None]:
 
 
 _UNBOUND = object()
+#: Distinct `Host` headers whose verdict a policy remembers.
+MAX_REMEMBERED_HOSTS = 256
+
+
+def _host_matches(host_header: str, rules: tuple[tuple[str, int | None], ...]) -> bool:
+    """Whether a `Host` header names one of `rules` (name or `*.domain`/`.domain`, and port if the rule has one)."""
+    host, port = split_host(host_header)
+    for name, entry_port in rules:
+        if entry_port is not None and entry_port != port:
+            continue
+        if name == host or (name.startswith("*.") and host.endswith(name[1:])) or (
+                name.startswith(".") and (host.endswith(name) or host == name[1:])):
+            return True
+    return False
 
 
 def _parse_hosts(hosts: tuple[str, ...] | None) -> tuple[tuple[str, int | None], ...] | None:
@@ -190,6 +204,8 @@ class AccessPolicy:
         self.bind_host: str | None = None
         #: The parsed `Host` rule once it no longer depends on the connection (explicit names, or after `bind`).
         self._bound_rules: object = (_parse_hosts(self.hosts()) if self.explicit_hosts is not None else _UNBOUND)
+        #: `Host` headers already judged under the bound rule (nearly every request repeats one of a few).
+        self._host_verdicts: dict[str, bool] = {}
 
     @property
     def requires_key(self) -> bool:
@@ -199,6 +215,7 @@ class AccessPolicy:
         """Tell the policy where the server listens: the default `Host` rule follows from it."""
         self.bind_host = host
         self._bound_rules = _parse_hosts(self.hosts())
+        self._host_verdicts.clear()
 
     def hosts(self, local_host: str | None = None) -> tuple[str, ...] | None:
         """The `Host` names allowed (None: any). `local_host`: the address a connection arrived on, used when no
@@ -229,13 +246,16 @@ class AccessPolicy:
         rules = self._host_rules(local_host)
         if rules is None:
             return None
-        host, port = split_host(host_header)
-        for name, entry_port in rules:
-            if entry_port is not None and entry_port != port:
-                continue
-            if name == host or (name.startswith("*.") and host.endswith(name[1:])) or (
-                    name.startswith(".") and (host.endswith(name) or host == name[1:])):
-                return None
+        if rules is self._bound_rules:
+            allowed = self._host_verdicts.get(host_header)
+            if allowed is None:
+                allowed = _host_matches(host_header, rules)
+                if len(self._host_verdicts) < MAX_REMEMBERED_HOSTS:
+                    self._host_verdicts[host_header] = allowed
+        else:
+            allowed = _host_matches(host_header, rules)
+        if allowed:
+            return None
         told = f"Host {host_header!r}" if host_header else "no Host header"
         allowed = ", ".join(self.hosts(local_host) or ())
         return AccessRefusal(403, "host_not_allowed",

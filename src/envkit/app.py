@@ -8,13 +8,13 @@ import typing
 from typing import Any, AsyncIterator, Callable, Iterable
 
 from fastapi import FastAPI
-from starlette.datastructures import Headers
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from .access import API_KEY_ENV, AccessPolicy, AccessRefusal
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
+from .http_exchange import RawHeaders, respond
 from .episode_metrics import check_metrics
 from .mcp import McpEndpoint
 from .metrics import ServerMetrics
@@ -142,24 +142,24 @@ def create_app(
     documents.metadata["ors"] = ors.metadata
     # The per-call routes come first: FastAPI tries routes in order, and the ORS router holds dozens.
     app.add_api_websocket_route("/ws", handler)
-    mcp = McpEndpoint(handler, env_class, name, documents.metadata["description"])
-    app.add_route("/mcp", mcp.handle, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.serve_directly(["/mcp"], McpEndpoint(handler, env_class, name, documents.metadata["description"]))
+    app.serve_directly(ors.paths(), ors)
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
-    app.include_router(ors.router())
     documents.metadata["web"] = mount_web(app, env_class)
     return app
 
 
 class EnvkitApp(FastAPI):
-    """FastAPI, guarded by the app's `AccessPolicy`, with connections to `/ws` handed straight to the session handler.
+    """FastAPI, guarded by the app's `AccessPolicy`, with `/ws` and the per-call HTTP surfaces served straight.
 
     Every HTTP request and WebSocket handshake, to any route (added now or later), passes the
     access check first: a refused WebSocket is answered with an HTTP status and never accepted.
 
     For a WebSocket session, FastAPI's middleware, routing and dependency layers do nothing but
     cost memory (their suspended calls live as long as the session, ~8 kB each) and a call per
-    message. They are skipped unless middleware was added to the app; then `/ws` takes the
-    ordinary route, which serves it the same way.
+    message; for `/mcp` and ORS (`serve_directly`) they cost more CPU per call than the surface's
+    own work. They are skipped unless middleware was added to the app; then these paths take
+    ordinary routes to the same handlers, which serve them the same way.
     """
 
     session_handler: SessionHandler | None = None
@@ -168,18 +168,36 @@ class EnvkitApp(FastAPI):
     #: Who may use the app (keys, origins, hosts); None: everyone.
     access: AccessPolicy | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Raw ASGI apps answering HTTP requests to these exact paths, whatever the method (`serve_directly`).
+        self.direct_http: dict[str, ASGIApp] = {}
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if self.access is not None and (kind == "http" or kind == "websocket"):
             send = await self._guard(scope, receive, send)
             if send is None:
                 return
-        if (scope["type"] == "websocket" and scope["path"] == "/ws" and self.session_handler is not None
-                and not self.user_middleware and not self.root_path and not scope.get("root_path")):
-            scope["app"] = self
-            await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
-            return
+        if not self.user_middleware and not self.root_path and not scope.get("root_path"):
+            if kind == "http":
+                endpoint = self.direct_http.get(scope["path"])
+                if endpoint is not None:
+                    scope["app"] = self
+                    await endpoint(scope, receive, send)
+                    return
+            elif kind == "websocket" and scope["path"] == "/ws" and self.session_handler is not None:
+                scope["app"] = self
+                await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
+                return
         await super().__call__(scope, receive, send)
+
+    def serve_directly(self, paths: Iterable[str], endpoint: ASGIApp) -> None:
+        """Serve HTTP requests to `paths` (any method) with the raw ASGI app `endpoint`, skipping FastAPI's routing
+        and middleware, or through an ordinary route once the app has middleware. Not listed in the OpenAPI schema."""
+        for path in paths:
+            self.direct_http[path] = endpoint
+            self.router.add_route(path, endpoint, include_in_schema=False)
 
     def bind(self, host: str) -> None:
         """Called by the server that runs the app with the address it listens on: the default `Host` rule (and
@@ -194,18 +212,18 @@ class EnvkitApp(FastAPI):
         the `send` to go on with (adding CORS headers for an allowed cross-origin page)."""
         access = self.access
         assert access is not None
-        headers = Headers(scope=scope)
+        headers = RawHeaders(scope["headers"])
         if scope["type"] == "http":
             preflight = access.preflight(scope["method"], headers)
             if preflight is not None:
-                await _respond(send, 204, preflight, b"")
+                await respond(send, 204, b"", headers=preflight)
                 return None
         server = scope.get("server")
         refusal = access.check(scope["path"], headers, server[0] if server else None)
         if refusal is not None:
             self.state.envkit_pool.metrics.refused(refusal.reason, refusal.message)
             if scope["type"] == "http":
-                await _respond(send, refusal.status, refusal.response_headers(), refusal.body())
+                await respond(send, refusal.status, refusal.body(), headers=refusal.response_headers())
             else:
                 await _deny_websocket(scope, receive, send, refusal)
             return None
@@ -224,13 +242,6 @@ class EnvkitApp(FastAPI):
             await send(message)
 
         return send_with_cors
-
-
-async def _respond(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-    raw = [(name.encode(), value.encode()) for name, value in headers]
-    raw.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def _deny_websocket(scope: Scope, receive: Receive, send: Send, refusal: AccessRefusal) -> None:

@@ -37,12 +37,14 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 import orjson
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .environment import Environment, Observation, UnknownSplitError
+from .http_exchange import EVENT_STREAM, BodyTooLarge, ClientGone, HttpExchange
+from .inline_answers import Resumed, first_step
 from .protocol import CloseCode, FrameError, tool_result_payload
 from .sessions import Session, new_session_id
 from .tools import ToolSpec
@@ -53,6 +55,7 @@ logger = logging.getLogger("envkit.server")
 __all__ = ["OrsSurface", "OrsError", "PING_INTERVAL_S", "CHUNK_CHARS", "SESSION_HEADER"]
 
 SESSION_HEADER = "x-session-id"
+_SESSION_HEADER = SESSION_HEADER.encode()
 #: Headers only an ORS client sends; `GET /tools` answers it in the ORS shape.
 ORS_CLIENT_HEADERS = (SESSION_HEADER, "x-deployment")
 #: A comment line at least this often while a call runs (the SDK gives up after 30 s of silence).
@@ -61,7 +64,7 @@ PING_INTERVAL_S = 5.0
 CHUNK_CHARS = 4096
 #: Finished call results a session keeps for replay (a repeated call with the same `task_id`).
 KEPT_RESULTS = 32
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_SSE_HEADERS = [("cache-control", "no-cache"), ("x-accel-buffering", "no")]
 _SPLIT_TYPES = ("train", "validation", "test")
 _PATH_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -76,9 +79,9 @@ class OrsError(Exception):
         self.message = message
         self.headers = dict(headers or {})
 
-    def response(self) -> JSONResponse:
+    async def answer(self, exchange: HttpExchange) -> None:
         body = {"ok": False, "error": self.message, "reason": self.reason, "detail": self.message}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+        await exchange.respond_json(self.status, body, self.headers.items())
 
 
 @dataclass
@@ -91,16 +94,25 @@ class OrsEpisode:
     finished: bool = False
     calls: OrderedDict[str, asyncio.Task[str] | str] = field(default_factory=OrderedDict)
 
-    def remember(self, task_id: str, running: asyncio.Task[str]) -> None:
-        """Keep a call for replay; once it finishes only its result is kept."""
-        self.calls[task_id] = running
+    def remember(self, task_id: str, call: asyncio.Task[str] | str) -> None:
+        """Keep a call (running, or its result) for replay; once it finishes only its result is kept."""
+        self.calls[task_id] = call
         while len(self.calls) > KEPT_RESULTS:
             self.calls.popitem(last=False)
 
         def finished(done: asyncio.Task[str]) -> None:
             if task_id in self.calls:
                 self.calls[task_id] = _outcome(done)
-        running.add_done_callback(finished)
+        if not isinstance(call, str):
+            call.add_done_callback(finished)
+
+
+@dataclass(frozen=True)
+class EventStream:
+    """An answer of server-sent events: all of it at once (`text`), or as a running call yields it (`pieces`)."""
+
+    text: str = ""
+    pieces: AsyncIterator[str] | None = None
 
 
 class OrsSurface:
@@ -113,6 +125,8 @@ class OrsSurface:
         self.pool = handler.pool
         self._episodes: WeakKeyDictionary[Session, OrsEpisode] = WeakKeyDictionary()
         self._creating: set[str] = set()
+        self._routes = self._route_table()
+        self.max_body_bytes = handler.max_message_bytes
         self.tools_listing = {
             "tools": [_tool_spec(spec) for spec in handler.tools.values()],
             "terminal_tool": None,
@@ -128,9 +142,8 @@ class OrsSurface:
         """What `/metadata` says about this surface."""
         return {"served": True, "env_name": self.name, "routes": "/ (bare) and /" + self.name + "/"}
 
-    def router(self) -> APIRouter:
-        """The ORS routes, bare and under `/{name}` (when the name is a plain path segment)."""
-        router = APIRouter(include_in_schema=False)
+    def _route_table(self) -> dict[str, tuple[str, Any]]:
+        """Path -> (method, handler): every route bare, and under `/{name}` when the name is a plain path segment."""
         prefixes = [""] + (["/" + self.name] if _PATH_NAME.match(self.name) else [])
         root_only = {"/create_session": ("POST", self.create_session), "/create": ("POST", self.create),
                      "/delete": ("POST", self.delete), "/delete_session": ("POST", self.delete_session),
@@ -141,57 +154,82 @@ class OrsSurface:
                    "/task_range": ("POST", self.task_range), "/task_tools": ("GET", self.task_tools),
                    "/prompt": ("GET", self.prompt), "/messages": ("GET", self.messages),
                    "/call": ("POST", self.call)}
-        for path, (method, endpoint) in root_only.items():
-            router.add_api_route(path, _answering(endpoint), methods=[method])
+        table = dict(root_only)
         for prefix in prefixes:
-            for path, (method, endpoint) in per_env.items():
-                router.add_api_route(prefix + path, _answering(endpoint), methods=[method])
+            table.update({prefix + path: route for path, route in per_env.items()})
         if len(prefixes) > 1:   # bare GET /tools is envkit's route, which asks `listing_for`
-            router.add_api_route(prefixes[1] + "/tools", _answering(self.tools), methods=["GET"])
-        return router
+            table[prefixes[1] + "/tools"] = ("GET", self.tools)
+        return table
+
+    def paths(self) -> list[str]:
+        """The paths this surface answers (the app serves them straight to it: `EnvkitApp.serve_directly`)."""
+        return list(self._routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app for the ORS paths: errors answer in the ORS shape, environment code that raised (a task list,
+        a task prompt) a 500 that names the error, with the traceback in the server's log."""
+        exchange = HttpExchange(scope, receive, send)
+        method, endpoint = self._routes[exchange.path]
+        try:
+            if exchange.method != method:
+                raise OrsError(405, "method_not_allowed", f"{exchange.path} answers {method} only", {"Allow": method})
+            answer = await endpoint(exchange)
+        except OrsError as error:
+            return await error.answer(exchange)
+        except ClientGone:
+            return
+        except Exception as error:
+            logger.exception("ORS %s failed", exchange.path)
+            return await OrsError(500, "environment_error", f"{type(error).__name__}: {error}").answer(exchange)
+        if not isinstance(answer, EventStream):
+            await exchange.respond_json(200, answer)
+        elif answer.pieces is None:
+            await exchange.respond(200, answer.text.encode(), EVENT_STREAM, _SSE_HEADERS)
+        else:
+            await exchange.stream(200, EVENT_STREAM, _encoded(answer.pieces), _SSE_HEADERS)
 
     # -- catalogue: no session needed ---------------------------------------------------------
 
-    async def version(self, request: Request) -> dict[str, Any]:
+    async def version(self, exchange: HttpExchange) -> dict[str, Any]:
         return {"version": __version__, "build_sha": None, "server": "envkit"}
 
-    async def list_environments(self, request: Request) -> list[str]:
+    async def list_environments(self, exchange: HttpExchange) -> list[str]:
         return [self.name]
 
-    async def tools(self, request: Request) -> dict[str, Any]:
+    async def tools(self, exchange: HttpExchange) -> dict[str, Any]:
         return self.tools_listing
 
-    async def splits(self, request: Request) -> list[dict[str, str]]:
+    async def splits(self, exchange: HttpExchange) -> list[dict[str, str]]:
         return [{"name": split, "type": split if split in _SPLIT_TYPES else "validation"}
                 for split in self.env_class.splits()]
 
-    async def tasks(self, request: Request) -> dict[str, Any]:
-        split = _text(await _body(request), "split")
+    async def tasks(self, exchange: HttpExchange) -> dict[str, Any]:
+        split = _text(await self._body(exchange), "split")
         return {"tasks": [dict(task) for task in self._tasks(split)], "env_name": self.name}
 
-    async def num_tasks(self, request: Request) -> dict[str, Any]:
-        return {"num_tasks": len(self._tasks(_text(await _body(request), "split")))}
+    async def num_tasks(self, exchange: HttpExchange) -> dict[str, Any]:
+        return {"num_tasks": len(self._tasks(_text(await self._body(exchange), "split")))}
 
-    async def task(self, request: Request) -> dict[str, Any]:
-        body = await _body(request)
+    async def task(self, exchange: HttpExchange) -> dict[str, Any]:
+        body = await self._body(exchange)
         return {"task": self._task(_text(body, "split"), _integer(body, "index")), "env_name": self.name}
 
-    async def task_range(self, request: Request) -> dict[str, Any]:
-        body = await _body(request)
+    async def task_range(self, exchange: HttpExchange) -> dict[str, Any]:
+        body = await self._body(exchange)
         tasks = self._tasks(_text(body, "split"))
         start, stop = _integer(body, "start", optional=True), _integer(body, "stop", optional=True)
         return {"tasks": [dict(task) for task in tasks[slice(start, stop)]], "env_name": self.name}
 
     # -- sessions -----------------------------------------------------------------------------
 
-    async def create_session(self, request: Request) -> Response:
+    async def create_session(self, exchange: HttpExchange) -> EventStream:
         """Mint a session id (SSE, as the SDK reads it); the environment opens at `/create`."""
-        return _sse(_events(("task_id", new_session_id()), ("end", "")))
+        return EventStream(_event("task_id", new_session_id()) + _event("end", ""))
 
-    async def create(self, request: Request) -> dict[str, Any]:
+    async def create(self, exchange: HttpExchange) -> dict[str, Any]:
         """Open a session for one task: a pool slot, a fresh environment, reset with the task's arguments."""
-        sid = _session_id(request)
-        body = await _body(request)
+        sid = _session_id(exchange)
+        body = await self._body(exchange)
         if self.pool.get(sid) is not None or sid in self._creating:
             raise OrsError(409, "input_validation", f"session {sid} already exists; call /create once per session")
         self._gone_if_ended(sid)
@@ -225,53 +263,60 @@ class OrsSurface:
         self._episodes[session] = OrsEpisode(task, prompt, finished=first.done)
         return {"sid": sid}
 
-    async def delete(self, request: Request) -> dict[str, Any]:
+    async def delete(self, exchange: HttpExchange) -> dict[str, Any]:
         """End the session and close its environment; deleting one that is gone is not an error."""
-        sid = _session_id(request)
+        sid = _session_id(exchange)
         session = self.pool.get(sid)
         if session is not None and session in self._episodes:   # an ORS session; never a /ws one
             async with session.in_use():   # a call still running finishes first
                 await session.end(CloseCode.NORMAL, "deleted by the client")
         return {"sid": sid}
 
-    async def delete_session(self, request: Request) -> dict[str, Any]:
-        return await self.delete(request)
+    async def delete_session(self, exchange: HttpExchange) -> dict[str, Any]:
+        return await self.delete(exchange)
 
-    async def ping(self, request: Request) -> dict[str, Any]:
-        session, _ = self._session(request)
+    async def ping(self, exchange: HttpExchange) -> dict[str, Any]:
+        session, _ = self._session(exchange)
         session.last_active = time.monotonic()   # the idle reaper leaves a pinged session alone
         return {"status": "ok"}
 
-    async def prompt(self, request: Request) -> list[dict[str, Any]]:
-        _, episode = self._session(request)
+    async def prompt(self, exchange: HttpExchange) -> list[dict[str, Any]]:
+        _, episode = self._session(exchange)
         return [_text_block(episode.prompt)]
 
-    async def messages(self, request: Request) -> list[dict[str, Any]]:
-        _, episode = self._session(request)
+    async def messages(self, exchange: HttpExchange) -> list[dict[str, Any]]:
+        _, episode = self._session(exchange)
         return [{"role": "user", "blocks": [_text_block(episode.prompt)], "detail": None}]
 
-    async def task_tools(self, request: Request) -> dict[str, Any]:
-        self._session(request)
+    async def task_tools(self, exchange: HttpExchange) -> dict[str, Any]:
+        self._session(exchange)
         return self.tools_listing
 
-    async def call(self, request: Request) -> Response:
-        """Run a tool (or resume a call by its `task_id`) and stream the result as the SDK reads it."""
-        session, episode = self._session(request)
-        body = await _body(request)
+    async def call(self, exchange: HttpExchange) -> EventStream:
+        """Run a tool (or resume a call by its `task_id`) and stream the result as the SDK reads it.
+
+        A call that finishes without waiting (a tool of a `RUN_INLINE` environment) is answered in one piece;
+        one that must wait runs as a task of its own, streamed while it runs, so that a repeated request with
+        its `task_id` (after a dropped connection) finds it."""
+        session, episode = self._session(exchange)
+        body = await self._body(exchange)
         task_id = body.get("task_id")
         if task_id is not None:
             running = episode.calls.get(str(task_id))
             if running is None:
                 raise OrsError(404, "not_found", f"no call with task_id {task_id!r} on session {session.id} (the "
                                f"last {KEPT_RESULTS} results are kept); make the call again without task_id")
-            return _sse(self._stream(str(task_id), running))
+            return _streamed(str(task_id), running)
         name, arguments = body.get("name"), body.get("input", {})
         if not isinstance(name, str):
             raise OrsError(400, "bad_input_shape", 'expected {"name": tool, "input": {...}}')
         task_id = new_session_id()
-        running = asyncio.get_running_loop().create_task(self._run_call(session, episode, name, arguments))
-        episode.remember(task_id, running)
-        return _sse(self._stream(task_id, running))
+        call = self._run_call(session, episode, name, arguments)
+        finished, outcome = first_step(call)
+        if not finished:
+            outcome = asyncio.get_running_loop().create_task(Resumed(call, outcome).run())
+        episode.remember(task_id, outcome)
+        return _streamed(task_id, outcome)
 
     async def _run_call(self, session: Session, episode: OrsEpisode, name: str, arguments: Any) -> str:
         """One tool call, as the JSON text of the ORS result (`ok` true with the output, or false with why)."""
@@ -302,19 +347,6 @@ class OrsSurface:
                   "reward": payload["reward"], "finished": episode.finished}
         return orjson.dumps({"ok": True, "output": output}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
-    async def _stream(self, task_id: str, running: asyncio.Task[str] | str) -> AsyncIterator[str]:
-        """The SSE body of a call: its task_id, a ping comment while it runs, then its result in chunks."""
-        yield _event("task_id", task_id)
-        if not isinstance(running, str):
-            while not running.done():
-                finished, _ = await asyncio.wait({running}, timeout=PING_INTERVAL_S)
-                if not finished:
-                    yield ": ping\n\n"
-            running = _outcome(running)
-        pieces = _chunks(running)
-        for index, piece in enumerate(pieces):
-            yield _event("end" if index == len(pieces) - 1 else "chunk", piece)
-
     # -- helpers ------------------------------------------------------------------------------
 
     def _tasks(self, split: str) -> Any:
@@ -341,8 +373,23 @@ class OrsSurface:
             return dict(spec)
         return self._task(_text(body, "split"), _integer(body, "index"))
 
-    def _session(self, request: Request) -> tuple[Session, OrsEpisode]:
-        sid = _session_id(request)
+    async def _body(self, exchange: HttpExchange) -> dict[str, Any]:
+        try:
+            raw = await exchange.body(self.max_body_bytes)
+        except BodyTooLarge as too_large:
+            raise OrsError(413, "input_validation", f"{too_large}; send a smaller request") from None
+        if not raw.strip():
+            return {}
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            raise OrsError(400, "bad_input_shape", f"the request body is not JSON ({error})") from None
+        if not isinstance(body, dict):
+            raise OrsError(400, "bad_input_shape", "the request body must be a JSON object")
+        return body
+
+    def _session(self, exchange: HttpExchange) -> tuple[Session, OrsEpisode]:
+        sid = _session_id(exchange)
         session = self.pool.get(sid)
         episode = self._episodes.get(session) if session is not None else None
         if session is None or episode is None:
@@ -356,22 +403,6 @@ class OrsSurface:
         if ended is not None:
             raise OrsError(410, "session_ended", f"session {sid} has ended ({ended[1]}); its episode cannot "
                            "continue: create a new session")
-
-
-def _answering(endpoint: Any) -> Any:
-    """Wrap a route so that `OrsError` becomes its JSON answer, and environment code that raised (a task list, a
-    task prompt) a 500 in the ORS shape that names the error, with the traceback in the server's log."""
-    async def route(request: Request) -> Any:
-        try:
-            return await endpoint(request)
-        except OrsError as error:
-            return error.response()
-        except Exception as error:
-            logger.exception("ORS %s failed", request.url.path)
-            return OrsError(500, "environment_error", f"{type(error).__name__}: {error}").response()
-    route.__name__ = f"ors_{endpoint.__name__}"
-    route.__doc__ = endpoint.__doc__
-    return route
 
 
 def _outcome(done: asyncio.Task[str]) -> str:
@@ -398,25 +429,12 @@ def _tool_spec(spec: ToolSpec) -> dict[str, Any]:
             "input_schema": function.get("parameters") or {"type": "object", "properties": {}}}
 
 
-def _session_id(request: Request) -> str:
-    sid = request.headers.get(SESSION_HEADER, "").strip()
+def _session_id(exchange: HttpExchange) -> str:
+    sid = (exchange.header(_SESSION_HEADER) or "").strip()
     if not sid:
         raise OrsError(400, "input_validation", "the X-Session-ID header is required; get an id from "
                        "POST /create_session")
     return sid
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise OrsError(400, "bad_input_shape", f"the request body is not JSON ({error})") from None
-    if not isinstance(body, dict):
-        raise OrsError(400, "bad_input_shape", "the request body must be a JSON object")
-    return body
 
 
 def _text(body: dict[str, Any], key: str) -> str:
@@ -469,10 +487,28 @@ def _event(name: str, data: str) -> str:
     return f"event: {name}\ndata: {data}\n\n"
 
 
-async def _events(*events: tuple[str, str]) -> AsyncIterator[str]:
-    for name, data in events:
-        yield _event(name, data)
+def _streamed(task_id: str, call: asyncio.Task[str] | str) -> EventStream:
+    """The SSE answer to a call: its task_id, a ping comment every `PING_INTERVAL_S` while it runs, then its
+    result in chunks (all at once when it has finished)."""
+    if isinstance(call, str):
+        return EventStream(_event("task_id", task_id) + _result_events(call))
+    return EventStream(pieces=_while_running(task_id, call))
 
 
-def _sse(body: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+async def _while_running(task_id: str, running: asyncio.Task[str]) -> AsyncIterator[str]:
+    yield _event("task_id", task_id)
+    while not running.done():
+        finished, _ = await asyncio.wait({running}, timeout=PING_INTERVAL_S)
+        if not finished:
+            yield ": ping\n\n"
+    yield _result_events(_outcome(running))
+
+
+def _result_events(result: str) -> str:
+    pieces = _chunks(result)
+    return "".join(_event("end" if index == len(pieces) - 1 else "chunk", piece) for index, piece in enumerate(pieces))
+
+
+async def _encoded(pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async for piece in pieces:
+        yield piece.encode()

@@ -34,7 +34,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 from urllib.parse import parse_qs
 
 import orjson

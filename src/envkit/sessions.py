@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel
 
@@ -135,18 +135,12 @@ class Session:
     async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         return await self.run(getattr(self.env, spec.name), **arguments)
 
-    @contextlib.asynccontextmanager
-    async def in_use(self) -> AsyncIterator[None]:
-        """Serve one request of a detached session: requests run one at a time, and the reaper sees it busy."""
+    def in_use(self) -> _InUse:
+        """Serve one request of a detached session (`async with session.in_use():`): requests run one at a time,
+        and the reaper sees it busy."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
-            self.busy = True
-            try:
-                yield
-            finally:
-                self.busy = False
-                self.last_active = time.monotonic()
+        return _InUse(self, self._lock)
 
     def pong_received(self) -> None:
         self.pong_due = None
@@ -184,6 +178,26 @@ class Session:
             if self.owns_slot:
                 pool.release()
             closed.set_result(None)
+
+
+class _InUse:
+    """`Session.in_use()`: the session's lock held, and the session busy, for one request."""
+
+    __slots__ = ("session", "lock")
+
+    def __init__(self, session: Session, lock: asyncio.Lock) -> None:
+        self.session = session
+        self.lock = lock
+
+    async def __aenter__(self) -> None:
+        await self.lock.acquire()
+        self.session.busy = True
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        session = self.session
+        session.busy = False
+        session.last_active = time.monotonic()
+        self.lock.release()
 
 
 class SessionPool:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal, Union
 from pydantic import BaseModel, Field, create_model
 
 from .errors import ToolDefinitionError
+from .model_codec import validator_for
 
 __all__ = ["tool", "ToolSpec", "tool_specs", "parse_google_docstring"]
 
@@ -135,6 +136,10 @@ class ToolSpec:
     parameters: dict[str, Any]
     returns: str | None
     arguments_model: type[BaseModel]
+    _validate: Callable[[Any], BaseModel] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_validate", validator_for(self.arguments_model))
 
     def schema(self) -> dict[str, Any]:
         """The function-calling schema, `{"type": "function", "function": {...}}`."""
@@ -150,7 +155,7 @@ class ToolSpec:
         The model's fields are named by position (`arg0`, ...) with the argument names as aliases, so
         that any name a Python method takes (`model_config`, `_private`, `json`) reaches the tool.
         """
-        values = self.arguments_model.model_validate(arguments).__dict__
+        values = self._validate(arguments).__dict__
         return {name: values[f"arg{index}"] for index, name in enumerate(self.parameters["properties"])}
 
 

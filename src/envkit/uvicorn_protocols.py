@@ -112,6 +112,8 @@ class _LimitedHeads:
                 return
         cycle = self.cycle
         super().data_received(data)  # type: ignore[misc]
+        if self.cycle is not cycle:   # a request started: its response head waits for the body (`_HeadWithBody`)
+            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)
         if self._head_timer is not None and (self.cycle is not cycle or self.transport.get_protocol() is not self):
             self._head_done()   # a request started, or the connection became a WebSocket
 
@@ -162,6 +164,42 @@ class _LimitedHeads:
         if not self.transport.is_closing():
             self.transport.write(head + body)
             self.transport.close()
+
+
+class _HeadWithBody:
+    """A connection's transport as one response cycle writes to it: the head of a response with a
+    `content-length` is held back until its body, so that a whole response leaves in one write (one system
+    call and one TCP segment where uvicorn makes two). Streamed (chunked) responses, bodiless ones and
+    answers to HEAD are written as uvicorn writes them."""
+
+    __slots__ = ("transport", "cycle", "held")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self.transport = transport
+        self.cycle = cycle
+        self.held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.transport.write(held + data)
+            return
+        cycle = self.cycle
+        if (cycle.response_started and not cycle.response_complete and cycle.chunked_encoding is False
+                and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD"):
+            self.held = data   # the head; the body follows in the cycle's next write
+            return
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.held is not None and not self.transport.is_closing():
+            self.transport.write(self.held)
+        self.held = None
+        self.transport.close()
 
 
 class _QuietWebSocket(WebSocketsSansIOProtocol):

@@ -16,10 +16,10 @@ from collections import OrderedDict
 from typing import Any
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ..environment import Environment
+from ..http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, HttpExchange
 from ..protocol import CloseCode
 from ..sessions import Session, new_session_id
 from ..ws_handler import SessionHandler
@@ -34,9 +34,8 @@ __all__ = ["McpEndpoint", "SESSION_HEADER"]
 logger = logging.getLogger("envkit.server")
 
 SESSION_HEADER = "mcp-session-id"
-_PROTOCOL_HEADER = "mcp-protocol-version"
-_JSON = "application/json"
-_SSE = "text/event-stream"
+_SESSION_HEADER = SESSION_HEADER.encode()
+_PROTOCOL_HEADER = b"mcp-protocol-version"
 
 
 class McpEndpoint:
@@ -52,48 +51,53 @@ class McpEndpoint:
         self.max_message_bytes = handler.max_message_bytes
         self._mcp_sessions: OrderedDict[str, set[str]] = OrderedDict()
 
-    async def handle(self, request: Request) -> Response:
-        """The Starlette endpoint for GET, POST and DELETE `/mcp` (the app's access layer has checked the key and
-        the page's Origin already)."""
-        if request.method == "POST":
-            return await self._post(request)
-        if request.method == "DELETE":
-            return await self._delete(request)
-        return Response("this server sends nothing unasked: POST JSON-RPC requests to /mcp", status_code=405,
-                        headers={"Allow": "POST, DELETE"})
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app for GET, POST and DELETE `/mcp` (the app's access layer has checked the key and the page's
+        Origin already)."""
+        exchange = HttpExchange(scope, receive, send)
+        if exchange.method == "POST":
+            await self._post(exchange)
+        elif exchange.method == "DELETE":
+            await self._delete(exchange)
+        else:
+            await exchange.respond_text(405, "this server sends nothing unasked: POST JSON-RPC requests to /mcp",
+                                        [("allow", "POST, DELETE")])
 
-    async def _post(self, request: Request) -> Response:
-        body = await request.body()
-        if len(body) > self.max_message_bytes:
-            error = RpcError(INVALID_REQUEST, f"request of {len(body)} bytes exceeds the server's limit of "
-                                              f"{self.max_message_bytes} bytes")
-            return _reply(request, error_response(None, error), status=413)
+    async def _post(self, exchange: HttpExchange) -> None:
+        try:
+            body = await exchange.body(self.max_message_bytes)
+        except BodyTooLarge as too_large:
+            error = RpcError(INVALID_REQUEST, f"request of {too_large.size} bytes exceeds the server's limit of "
+                                              f"{too_large.limit} bytes")
+            return await _reply(exchange, error_response(None, error), status=413)
+        except ClientGone:
+            return
         try:
             message = parse_message(body)
         except RpcError as error:
-            return _reply(request, error_response(error.request_id, error))
+            return await _reply(exchange, error_response(error.request_id, error))
         if not message.is_request:
-            return Response(status_code=202)
-        mcp_session_id = request.headers.get(SESSION_HEADER)
+            return await exchange.respond(202)
+        mcp_session_id = exchange.header(_SESSION_HEADER)
         owned: set[str] | None = None
         if mcp_session_id is not None and message.method != "initialize":
             owned = self._mcp_sessions.get(mcp_session_id)
             if owned is None:
                 error = RpcError(INVALID_REQUEST, f"unknown or expired MCP session {mcp_session_id}; "
                                                   "initialize a new one")
-                return _reply(request, error_response(message.id, error), status=404)
+                return await _reply(exchange, error_response(message.id, error), status=404)
             self._mcp_sessions.move_to_end(mcp_session_id)
         reply = await self._answer(message, owned)
-        headers = {}
+        headers = []
         if message.method == "initialize" and "result" in reply:
-            headers[SESSION_HEADER] = self._new_mcp_session()
+            headers.append((SESSION_HEADER, self._new_mcp_session()))
         elif owned is not None:
-            headers[SESSION_HEADER] = mcp_session_id
+            headers.append((SESSION_HEADER, mcp_session_id))
         if isinstance(reply.get("result"), dict) and (
                 message.method == "server/discover"
-                or StandardDialect.is_modern(message, request.headers.get(_PROTOCOL_HEADER))):
+                or StandardDialect.is_modern(message, exchange.header(_PROTOCOL_HEADER))):
             StandardDialect.modern_result(message.method, reply["result"])
-        return _reply(request, reply, headers=headers)
+        await _reply(exchange, reply, headers=headers)
 
     async def _answer(self, message: Message, owned: set[str] | None) -> dict[str, Any]:
         try:
@@ -117,18 +121,19 @@ class McpEndpoint:
             self._mcp_sessions.popitem(last=False)   # its episodes stay until closed or reaped
         return session_id
 
-    async def _delete(self, request: Request) -> Response:
-        mcp_session_id = request.headers.get(SESSION_HEADER)
+    async def _delete(self, exchange: HttpExchange) -> None:
+        mcp_session_id = exchange.header(_SESSION_HEADER)
         if mcp_session_id is None:
-            return Response(f"DELETE /mcp needs the {SESSION_HEADER} header of the session to end", status_code=400)
+            return await exchange.respond_text(400, f"DELETE /mcp needs the {SESSION_HEADER} header of the session "
+                                                    "to end")
         owned = self._mcp_sessions.pop(mcp_session_id, None)
         if owned is None:
-            return Response(f"unknown or expired MCP session {mcp_session_id}", status_code=404)
+            return await exchange.respond_text(404, f"unknown or expired MCP session {mcp_session_id}")
         for episode_id in owned:
             session = self.episodes.pool.get(episode_id)
             if session is not None:
                 await session.end(CloseCode.NORMAL, "its MCP session was ended by the client")
-        return Response(status_code=204)
+        await exchange.respond(204)
 
 
 def _track(owned: set[str], session: Session, pool: Any) -> None:
@@ -138,12 +143,12 @@ def _track(owned: set[str], session: Session, pool: Any) -> None:
         owned.intersection_update({episode_id for episode_id in owned if pool.get(episode_id) is not None})
 
 
-def _reply(request: Request, payload: dict[str, Any], *, status: int = 200,
-           headers: dict[str, str] | None = None) -> Response:
+async def _reply(exchange: HttpExchange, payload: dict[str, Any], *, status: int = 200,
+                 headers: list[tuple[str, str]] | None = None) -> None:
     """`payload` as JSON, or as one server-sent event when the client accepts only an event stream."""
-    accept = request.headers.get("accept", "")
+    accept = exchange.header(b"accept") or ""
     body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    if _SSE in accept and _JSON not in accept and "*/*" not in accept:
-        return Response(b"event: message\ndata: " + body + b"\n\n", status_code=status, headers=headers,
-                        media_type=_SSE)
-    return Response(body, status_code=status, headers=headers, media_type=_JSON)
+    if EVENT_STREAM in accept and JSON not in accept and "*/*" not in accept:
+        await exchange.respond(status, b"event: message\ndata: " + body + b"\n\n", EVENT_STREAM, headers or ())
+    else:
+        await exchange.respond(status, body, JSON, headers or ())

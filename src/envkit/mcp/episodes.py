@@ -25,7 +25,7 @@ __all__ = ["Episodes", "ToolOutcome", "ToolFailed"]
 logger = logging.getLogger("envkit.server")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ToolOutcome:
     """A tool's result as MCP clients get it: the text a model reads, the value itself, reward and done."""
 

@@ -47,7 +47,7 @@ class RpcError(Exception):
         return error
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
     """One client message: a request (with `id`), a notification (no `id`) or a response to the server."""
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
-from ..client import EnvClient, SyncEnvClient
+from ..client import EnvClient
 from ..errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, SessionLostError
 from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint

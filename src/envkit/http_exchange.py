@@ -1,0 +1,146 @@
+"""One HTTP request and its response, for the per-call surfaces served as raw ASGI apps (`/mcp`, ORS).
+
+A tool call over HTTP is one small JSON request after another, where FastAPI's routing, its
+middleware stack and Starlette's `Request`/`Response` objects cost more server CPU than the
+surface's own work. `EnvkitApp` therefore hands the paths of those surfaces straight to them, after
+the access layer, as it hands `/ws` to the session handler; in an app with middleware of its own
+they are ordinary routes to the same ASGI apps, so a request is answered the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Iterable
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["HttpExchange", "RawHeaders", "BodyTooLarge", "ClientGone", "respond", "JSON", "EVENT_STREAM"]
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+_TEXT = "text/plain"
+
+
+class BodyTooLarge(Exception):
+    """The request body is longer than the surface accepts; what is past the limit is never read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"request body of {size} bytes or more exceeds the server's limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived: there is no one to answer."""
+
+
+class RawHeaders:
+    """An ASGI scope's headers looked up by lower-case name, without building a mapping (most requests ask for a
+    few headers, several of them absent)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        key = name.encode("latin-1")
+        for found, value in self.raw:
+            if found == key:
+                return value.decode("latin-1")
+        return default
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+
+class HttpExchange:
+    """A request to a raw ASGI endpoint: its method, path, headers and body, and the means to answer it once."""
+
+    __slots__ = ("scope", "receive", "send", "method", "path")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+
+    def header(self, name: bytes) -> str | None:
+        """The value of header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
+        for key, value in self.scope["headers"]:
+            if key == name:
+                return value.decode("latin-1")
+        return None
+
+    def has_any_header(self, names: Iterable[bytes]) -> bool:
+        wanted = set(names)
+        return any(key in wanted for key, _ in self.scope["headers"])
+
+    async def body(self, limit: int) -> bytes:
+        """The whole request body; raises `BodyTooLarge` once it passes `limit` bytes, `ClientGone` on a disconnect."""
+        declared = self.header(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(int(declared), limit)
+        message = await self.receive()
+        if message["type"] != "http.request":
+            raise ClientGone()
+        body: bytes = message.get("body", b"")
+        if not message.get("more_body", False):
+            if len(body) > limit:
+                raise BodyTooLarge(len(body), limit)
+            return body
+        chunks, size = [body], len(body)
+        while True:
+            message = await self.receive()
+            if message["type"] != "http.request":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(size, limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def respond(self, status: int, body: bytes = b"", content_type: str | None = None,
+                      headers: Iterable[tuple[str, str]] = ()) -> None:
+        """Answer with `body` in one piece (`content_type` None: no body type, as for 202 and 204)."""
+        await respond(self.send, status, body, content_type, headers)
+
+    async def respond_json(self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
+        await self.respond(status, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
+                           JSON, headers)
+
+    async def respond_text(self, status: int, text: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        await self.respond(status, text.encode(), _TEXT, headers)
+
+    async def stream(self, status: int, content_type: str, pieces: AsyncIterator[bytes],
+                     headers: Iterable[tuple[str, str]] = ()) -> None:
+        """Answer with a body sent piece by piece as `pieces` yields them (chunked transfer encoding)."""
+        raw = [(b"content-type", _with_charset(content_type))]
+        raw.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
+        send = self.send
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        async for piece in pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def respond(send: Send, status: int, body: bytes, content_type: str | None = None,
+                  headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Send a whole response on an ASGI `send`: the head (with `content-length`) and the body."""
+    raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    if content_type is not None:
+        raw.append((b"content-type", _with_charset(content_type)))
+    if status >= 200 and status not in (204, 304):   # these have no body, and so no length
+        raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _with_charset(content_type: str) -> bytes:
+    """A text type says its charset (UTF-8), as Starlette's responses do."""
+    if content_type.startswith("text/") and "charset=" not in content_type:
+        content_type += "; charset=utf-8"
+    return content_type.encode()
