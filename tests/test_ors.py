@@ -8,7 +8,6 @@ runs, chunked results, replay by task_id, reaping, and that /ws sessions share t
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import weakref
 from typing import Any, Iterator
