@@ -49,7 +49,7 @@ class Rpc:
         self.next_id = 0
 
     def post(self, body: Any, **kwargs: Any) -> httpx.Response:
-        return self.http.post(self.url, **({"content": body} if isinstance(body, (bytes, str)) else {"json": body}),
+        return self.http.post(self.url, **({"json": body} if isinstance(body, (dict, list)) else {"content": body}),
                               **kwargs)
 
     def __call__(self, method: str, **params: Any) -> dict[str, Any]:
@@ -358,6 +358,9 @@ def test_a_request_over_the_message_limit_is_413() -> None:
     with running_server(app_for(max_message_bytes=4096)) as url:
         too_big = Rpc(url).post(b"{" + b" " * 8192 + b"}")
         assert too_big.status_code == 413 and "exceeds the server's limit of 4096" in too_big.json()["error"]["message"]
+        # Sent in chunks with no content-length, the body is counted as it arrives.
+        chunked = Rpc(url).post(iter([b"{", b" " * 3000, b" " * 3000, b"}"]))
+        assert chunked.status_code == 413 and "4096" in chunked.json()["error"]["message"]
         assert health(url)["status"] == "healthy"
 
 

@@ -388,3 +388,24 @@ def test_validate_checks_the_ors_routes_and_warns_where_they_are_missing() -> No
         report = asyncio.run(validate_url(url))
     checks = {check.name: check for check in report.checks}
     assert report.ok and checks["ors"].status == "warn" and "--transport uvicorn" in checks["ors"].detail
+
+
+def test_a_quick_call_answers_in_one_body_and_oversized_or_misdirected_requests_are_refused() -> None:
+    """A call that has finished before its answer starts comes back as one plain event-stream body; a body over the
+    server's message limit (declared or sent in chunks) is 413, a wrong method 405 with Allow; the session plays on."""
+    with running_server(notes_app(max_message_bytes=4096)) as served, httpx.Client(base_url=served) as http:
+        sid = open_session(http)
+        headers = {"X-Session-ID": sid}
+        quick = http.post("/call", headers=headers, json={"name": "write", "input": {"text": "quick"}})
+        assert quick.headers["content-length"] == str(len(quick.content))
+        assert "transfer-encoding" not in quick.headers
+        assert result(sse(quick))["output"]["reward"] == 5.0
+        too_big = {"name": "write", "input": {"text": "x" * 5000}}
+        assert "4096" in refused(http.post("/call", headers=headers, json=too_big), 413, "input_validation")
+        chunks = iter([b'{"name": "write", "input": {"text": "', b"y" * 5000, b'"}}'])
+        assert "smaller" in refused(http.post("/call", headers=headers, content=chunks), 413, "input_validation")
+        wrong = http.get("/call", headers=headers)
+        assert "answers POST only" in refused(wrong, 405, "method_not_allowed") and wrong.headers["allow"] == "POST"
+        assert refused(http.delete("/notes/splits"), 405, "method_not_allowed")
+        assert "y" * 5000 not in NotesEnvironment.written
+        assert call(http, sid, "write", input={"text": "still here"})["output"]["reward"] == 10.0

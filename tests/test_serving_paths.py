@@ -1,4 +1,4 @@
-"""How `/ws` connections reach the session handler, and memory given back after a burst of sessions.
+"""How `/ws` connections and HTTP calls reach their handlers, and memory given back after a burst of sessions.
 
 Real servers on 127.0.0.1 and real clients; nothing is mocked.
 """
@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
 import time
 import weakref
+from pathlib import Path
 from typing import Any
+
+import httpx
+
+import envkit.web
 
 from envkit import EnvClient, create_app
 from envkit.client import websocket_url
@@ -112,3 +118,62 @@ async def test_envkit_serve_declines_compression_offered_by_openenv_style_client
             assert ws.protocol.extensions == []
             await ws.send('{"type": "reset"}')
             assert '"observation"' in await ws.recv()
+
+
+def test_middleware_added_to_the_app_sees_mcp_and_ors_calls_which_still_play() -> None:
+    """/mcp and the ORS routes are served straight to their surfaces, or through ordinary routes once the app has
+    middleware: the same answers either way."""
+    app = echo_app()
+    seen: list[str] = []
+    app.add_middleware(ScopeRecorder, seen=seen)
+    with running_server(app) as url, httpx.Client(base_url=url, trust_env=False) as http:
+        def mcp(name: str, **arguments: Any) -> dict[str, Any]:
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+            return http.post("/mcp", json=call).json()["result"]
+
+        episode = mcp("reset")["structuredContent"]["episode_id"]
+        assert "via middleware" in mcp("echo", episode_id=episode, message="via middleware")["content"][0]["text"]
+        sid = http.post("/create_session").text.split("data: ")[1].split("\n")[0]
+        assert http.post("/create", headers={"X-Session-ID": sid}, json={"task_spec": {}}).json() == {"sid": sid}
+        played = http.post("/call", headers={"X-Session-ID": sid},
+                           json={"name": "echo_message", "input": {"message": "ors too"}})
+        assert played.status_code == 200 and "ors too" in played.text
+        assert http.get("/call").json()["reason"] == "method_not_allowed"
+    assert seen.count("http") >= 5
+
+
+def _read_responses(sock: socket.socket, bodies: list[bool]) -> list[tuple[bytes, bytes]]:
+    """(head, body) of one response per entry of `bodies` (False: an answer to HEAD, whose body is never sent)."""
+    buffer, responses = b"", []
+    sock.settimeout(5)
+    for has_body in bodies:
+        while b"\r\n\r\n" not in buffer:
+            buffer += sock.recv(65536)
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = length if has_body else 0
+        while len(buffer) < length:
+            buffer += sock.recv(65536)
+        responses.append((head, buffer[:length]))
+        buffer = buffer[length:]
+    assert buffer == b""
+    return responses
+
+
+def test_pipelined_requests_and_answers_to_head_and_for_files_stay_whole() -> None:
+    """Responses whose head waits for their body (`_HeadWithBody`) and those written as uvicorn writes them (HEAD,
+    a static file) come back whole and in order on one connection, requests sent before any answer."""
+    with running_server(echo_app()) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"HEAD /web/static/style.css HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"GET /web/static/style.css HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answers = _read_responses(sock, [True, False, True, False, True])
+    (get_health, first), (head_css, _), (get_css, css), (head_405, _), (_, second) = answers
+    assert get_health.startswith(b"HTTP/1.1 200") and first.endswith(b'"max_sessions":4}') and second == first
+    assert head_css.startswith(b"HTTP/1.1 200") and get_css.startswith(b"HTTP/1.1 200")
+    assert css == (Path(envkit.web.__file__).parent / "static" / "style.css").read_bytes()
+    assert head_405.startswith(b"HTTP/1.1 405")
