@@ -50,9 +50,6 @@ class RawHeaders:
                 return value.decode("latin-1")
         return default
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
 
 class HttpExchange:
     """A request to a raw ASGI endpoint: its method, path, headers and body, and the means to answer it once."""
@@ -72,10 +69,6 @@ class HttpExchange:
             if key == name:
                 return value.decode("latin-1")
         return None
-
-    def has_any_header(self, names: Iterable[bytes]) -> bool:
-        wanted = set(names)
-        return any(key in wanted for key, _ in self.scope["headers"])
 
     async def body(self, limit: int) -> bytes:
         """The whole request body; raises `BodyTooLarge` once it passes `limit` bytes, `ClientGone` on a disconnect."""
