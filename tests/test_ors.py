@@ -390,10 +390,18 @@ def test_validate_checks_the_ors_routes_and_warns_where_they_are_missing() -> No
     assert report.ok and checks["ors"].status == "warn" and "--transport uvicorn" in checks["ors"].detail
 
 
+class InlineNotes(NotesEnvironment):
+    """The notes, run on the event loop: a call finishes before its answer starts."""
+
+    RUN_INLINE = True
+
+
 def test_a_quick_call_answers_in_one_body_and_oversized_or_misdirected_requests_are_refused() -> None:
-    """A call that has finished before its answer starts comes back as one plain event-stream body; a body over the
-    server's message limit (declared or sent in chunks) is 413, a wrong method 405 with Allow; the session plays on."""
-    with running_server(notes_app(max_message_bytes=4096)) as served, httpx.Client(base_url=served) as http:
+    """A call that has finished before its answer starts (an inline tool) comes back as one plain event-stream body;
+    a body over the server's message limit (declared or sent in chunks) is 413, a wrong method 405 with Allow; the
+    session plays on."""
+    app = create_app(InlineNotes, NoteAction, NoteObservation, env_name="notes", max_message_bytes=4096)
+    with running_server(app) as served, httpx.Client(base_url=served) as http:
         sid = open_session(http)
         headers = {"X-Session-ID": sid}
         quick = http.post("/call", headers=headers, json={"name": "write", "input": {"text": "quick"}})
