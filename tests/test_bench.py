@@ -6,9 +6,11 @@ Runs are small and bounded; speed figures are printed by benchmarks/side_by_side
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import subprocess
 import sys
+import threading
 from typing import Any, Iterator
 
 import pytest
@@ -339,6 +341,36 @@ def test_cli_says_when_nothing_answers() -> None:
     done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
     assert done.returncode == 1
     assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
+
+
+def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_traceback() -> None:
+    """A page server answering `/metadata` with HTML (not JSON) is reported in one line by `bench` and `eval`."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>a web page</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page) as page:
+        threading.Thread(target=page.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{page.server_port}"
+        try:
+            done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
+            evaluated = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env-url", url, "--policy",
+                                        "random", "--games", "1"], capture_output=True, text=True, timeout=120)
+        finally:
+            page.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "no session succeeded" in done.stderr
+    assert evaluated.returncode == 1 and "Traceback" not in evaluated.stderr
+    assert "not a JSON object, so this is not an envkit or OpenEnv server" in evaluated.stderr
 
 
 def test_cli_against_a_non_echo_env_names_the_default_action_and_suggests_one() -> None:

@@ -298,7 +298,14 @@ class EnvClient:
                                        API_KEY_HEADER in self.headers)
         if response.status_code != 200:
             raise EnvConnectionError(self.http_url + path, f"HTTP {response.status_code}: {response.text[:200]}")
-        return response.json()
+        try:
+            document = response.json()
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            raise EnvConnectionError(self.http_url + path, "the answer is not a JSON object, so this is not an "
+                                     f"envkit or OpenEnv server: {response.text[:200]!r}")
+        return document
 
     # -- internals ----------------------------------------------------------------------------
 
