@@ -170,7 +170,11 @@ class _HeadWithBody:
     """A connection's transport as one response cycle writes to it: the head of a response with a
     `content-length` is held back until its body, so that a whole response leaves in one write (one system
     call and one TCP segment where uvicorn makes two). Streamed (chunked) responses, bodiless ones and
-    answers to HEAD are written as uvicorn writes them."""
+    answers to HEAD are written as uvicorn writes them.
+
+    The cycle refers to this object as its transport, so this one lets go of the cycle once the head is
+    written: a finished request then leaves no reference cycle behind. (Holding it left every request's objects
+    to the garbage collector: 312 collections, 3 of them full, per 19,200 MCP calls, against 4 without.)"""
 
     __slots__ = ("transport", "cycle", "held")
 
@@ -186,10 +190,11 @@ class _HeadWithBody:
             self.transport.write(held + data)
             return
         cycle = self.cycle
-        if (cycle.response_started and not cycle.response_complete and cycle.chunked_encoding is False
-                and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD"):
-            self.held = data   # the head; the body follows in the cycle's next write
-            return
+        if cycle is not None and cycle.response_started:   # the head: decided here, and the cycle let go of
+            self.cycle = None
+            if cycle.chunked_encoding is False and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD":
+                self.held = data   # the body follows in the cycle's next write
+                return
         self.transport.write(data)
 
     def is_closing(self) -> bool:
