@@ -192,7 +192,8 @@ class _HeadWithBody:
         cycle = self.cycle
         if cycle is not None and cycle.response_started:   # the head: decided here, and the cycle let go of
             self.cycle = None
-            if cycle.chunked_encoding is False and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD":
+            if (cycle.chunked_encoding is False and cycle.expected_content_length > 0
+                    and cycle.scope["method"] != "HEAD"):
                 self.held = data   # the body follows in the cycle's next write
                 return
         self.transport.write(data)
