@@ -343,6 +343,21 @@ def test_cli_says_when_nothing_answers() -> None:
     assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
 
 
+def test_cli_says_when_the_server_does_not_serve_the_surface_asked_for() -> None:
+    """The picows transport serves /ws only, and says so in /metadata: --protocol mcp or ors fails before any load,
+    in one line that says what to do, instead of as sessions that could not open."""
+    pytest.importorskip("picows")
+    with running_server(create_app(Echo, Said, Heard, max_concurrent_envs=4), transport="picows") as url:
+        mcp = bench_cli("--url", url, "--protocol", "mcp", "--sessions", "2", "--steps", "1")
+        ors = bench_cli("--url", url, "--protocol", "ors", "--sessions", "2", "--steps", "1")
+        ws = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
+    assert mcp.returncode == 1 and "Traceback" not in mcp.stderr
+    assert "does not serve /mcp (transport: picows)" in mcp.stderr and "default uvicorn transport" in mcp.stderr
+    assert ors.returncode == 1 and "does not serve the Open Reward Standard" in ors.stderr
+    assert "--transport uvicorn" in ors.stderr
+    assert ws.returncode == 0, ws.stderr
+
+
 def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_traceback() -> None:
     """A page server answering `/metadata` with HTML (not JSON) is reported in one line by `bench` and `eval`."""
 

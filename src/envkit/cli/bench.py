@@ -110,7 +110,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
         driver_class(client)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    _check_access(url)
+    _check_server(url, protocol)
     progress = _progress_printer(not quiet and sys.stderr.isatty())
     if ramp:
         result: Any = run_sync(run_ramp(url, start=ramp_start, max_sessions=ramp_max, steps=steps, budget_s=budget,
@@ -166,20 +166,29 @@ def _example_action(schema_url: str) -> str:
     return f", e.g. --action '{json.dumps(example)}'" if example else ""
 
 
-def _check_access(url: str) -> None:
-    """Fail in one line, before any load, when the server refuses this client's key (or its absence)."""
+def _check_server(url: str, protocol: str) -> None:
+    """Fail in one line, before any load, when the server refuses this client's key (or its absence), or says in
+    its `/metadata` that it does not serve the surface `protocol` steps over (the picows transport: /ws only)."""
     from ..client import EnvClient
     from ..errors import AuthenticationError, ClientError
 
-    async def probe() -> None:
+    async def probe() -> dict[str, Any]:
         try:
-            await EnvClient(url).metadata()
+            return await EnvClient(url).metadata()
         except AuthenticationError:
             raise
         except ClientError:
-            pass   # an unreachable server, or one without /metadata, is reported by the run itself
+            return {}   # an unreachable server, or one without /metadata, is reported by the run itself
 
     try:
-        asyncio.run(probe())
+        metadata = asyncio.run(probe())
     except AuthenticationError as error:
         raise click.ClickException(str(error)) from None
+    transport = metadata.get("transport", "its transport")
+    if protocol == "mcp" and "/mcp" in metadata.get("not_served", []):
+        raise click.ClickException(f"{url} does not serve /mcp (transport: {transport}); serve it with the default "
+                                   "uvicorn transport to bench --protocol mcp, or bench --protocol ws")
+    ors = metadata.get("ors")
+    if protocol == "ors" and isinstance(ors, dict) and ors.get("served") is False:
+        raise click.ClickException(f"{url} does not serve the Open Reward Standard: {ors.get('why', 'not served')}; "
+                                   "bench --protocol ws instead")
