@@ -127,6 +127,21 @@ def test_a_folder_without_a_model_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2 and "the folder has no config.json" in one_line(done)
 
 
+def test_train_against_a_server_that_does_not_speak_ors_says_so(tmp_path: Path) -> None:
+    """`--protocol ors` against a server without the Open Reward Standard (the picows transport serves /ws only):
+    one line naming the route that failed, not a traceback."""
+    pytest.importorskip("picows")
+    from envkit.serving import app_from_environment, resolve_target
+    from envkit.testing import running_server
+
+    with running_server(app_from_environment(resolve_target("echo").env_class), transport="picows") as url:
+        done = envkit("train", "--env-url", url, "--protocol", "ors", "--max-steps", "1",
+                      "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 1
+    line = one_line(done)
+    assert "does not answer the Open Reward Standard's GET /list_environments" in line and "404" in line
+
+
 # -- envkit serve --------------------------------------------------------------------------------------------
 
 

@@ -52,7 +52,11 @@ class OrsServer:
     def __init__(self, url: str, env_name: str | None = None, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self.http = httpx.Client(base_url=self.url, timeout=timeout, follow_redirects=True, headers=key_headers())
-        names = self._json("GET", "/list_environments")
+        try:
+            names = self._json("GET", "/list_environments")
+        except EnvError as error:
+            raise ProtocolError(f"{self.url} does not answer the Open Reward Standard's GET /list_environments "
+                                f"({error}); is this an ORS server?") from None
         if not isinstance(names, list) or not names:
             raise ProtocolError(f"{self.url}/list_environments lists no environments; is this an ORS server?")
         #: The environments the server lists.

@@ -12,7 +12,7 @@ import click
 
 from .api_key import api_key_option
 
-from ..errors import ConfigurationError, EnvConnectionError
+from ..errors import ConfigurationError, EnvkitError
 
 
 def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
@@ -144,7 +144,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
         _print(error.summary, as_json)
         click.echo(f"Error: {error}", err=True)
         sys.exit(1)
-    except EnvConnectionError as error:
+    except EnvkitError as error:   # a server unreachable, full or not speaking the protocol asked for; a session lost
         click.echo(f"Error: {error}", err=True)
         sys.exit(1)
     _print(summary, as_json)
