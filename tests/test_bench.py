@@ -359,7 +359,8 @@ def test_cli_says_when_the_server_does_not_serve_the_surface_asked_for() -> None
 
 
 def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_traceback() -> None:
-    """A page server answering `/metadata` with HTML (not JSON) is reported in one line by `bench` and `eval`."""
+    """A page server answering `/metadata` with HTML (not JSON) is reported in one line by `bench` and `eval`; a
+    bench over MCP, which it refuses, asks whether it serves that surface."""
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -378,12 +379,15 @@ def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_trace
         url = f"http://127.0.0.1:{page.server_port}"
         try:
             done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
+            over_mcp = bench_cli("--url", url, "--protocol", "mcp", "--sessions", "1", "--steps", "1")
             evaluated = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env-url", url, "--policy",
                                         "random", "--games", "1"], capture_output=True, text=True, timeout=120)
         finally:
             page.shutdown()
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "no session succeeded" in done.stderr
+    assert over_mcp.returncode == 1 and "Traceback" not in over_mcp.stderr
+    assert "HTTP 501" in over_mcp.stderr and "does it serve that surface?" in over_mcp.stderr
     assert evaluated.returncode == 1 and "Traceback" not in evaluated.stderr
     assert "not a JSON object, so this is not an envkit or OpenEnv server" in evaluated.stderr
 

@@ -132,11 +132,19 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
     click.echo(json.dumps(result.to_dict()) if as_json else result.text())
     if not succeeded:
         reasons = ", ".join(f"{reason} ({count})" for reason, count in failures.items()) or "no reason recorded"
-        raise click.ClickException(f"no session succeeded against {url}: {reasons}; {_failure_hint(url, failures, action)}")
+        hint = _failure_hint(url, failures, action, protocol)
+        raise click.ClickException(f"no session succeeded against {url}: {reasons}; {hint}")
 
 
-def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | None) -> str:
+_SURFACES = {"mcp": "MCP at /mcp", "ors": "the Open Reward Standard"}
+
+
+def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | None, protocol: str = "ws") -> str:
     """What to do about a run in which no session succeeded, judged from why they failed."""
+    refused = any(f"HTTP {status}" in reason for reason in failures for status in (400, 404, 405, 501))
+    if protocol in _SURFACES and refused:
+        return (f"the server refused the requests that open a session over {_SURFACES[protocol]}: does it serve "
+                "that surface? (envkit's default transport does; bench --protocol ws steps over /ws)")
     if not any("VALIDATION_ERROR" in reason for reason in failures):
         return "is an environment server running there (envkit serve ENV --port PORT)?"
     from ..client import http_url
