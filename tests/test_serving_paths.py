@@ -168,7 +168,9 @@ def test_answered_http_requests_leave_no_reference_cycles_behind() -> None:
                 found = gc.collect()
             finally:
                 gc.enable()
-    assert found < 100, f"{found} objects in reference cycles after 400 requests"
+    # One left per request would be thousands (5,197 when the response wrapper held its cycle); fewer than one per
+    # request leaves room for whatever else the process runs meanwhile.
+    assert found < 400, f"{found} objects in reference cycles after 400 requests"
 
 
 def _read_responses(sock: socket.socket, bodies: list[bool]) -> list[tuple[bytes, bytes]]:
