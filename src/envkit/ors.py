@@ -27,8 +27,10 @@ logged: envkit environments take no secrets.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
@@ -125,6 +127,10 @@ class OrsSurface:
         self.pool = handler.pool
         self._episodes: WeakKeyDictionary[Session, OrsEpisode] = WeakKeyDictionary()
         self._creating: set[str] = set()
+        # A call's task_id: a prefix drawn once and a counter, unique on this server without a system call per call
+        # (a call is found by its id only within its own session, whose id is the secret).
+        self._call_prefix = secrets.token_hex(8)
+        self._call_numbers = itertools.count()
         self._routes = self._route_table()
         self.max_body_bytes = handler.max_message_bytes
         self.tools_listing = {
@@ -310,7 +316,7 @@ class OrsSurface:
         name, arguments = body.get("name"), body.get("input", {})
         if not isinstance(name, str):
             raise OrsError(400, "bad_input_shape", 'expected {"name": tool, "input": {...}}')
-        task_id = new_session_id()
+        task_id = f"{self._call_prefix}{next(self._call_numbers):016x}"
         call = self._run_call(session, episode, name, arguments)
         finished, outcome = first_step(call)
         if not finished:
