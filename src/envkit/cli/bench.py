@@ -139,7 +139,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
 _SURFACES = {"mcp": "MCP at /mcp", "ors": "the Open Reward Standard"}
 
 
-def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | None, protocol: str = "ws") -> str:
+def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | None, protocol: str) -> str:
     """What to do about a run in which no session succeeded, judged from why they failed."""
     refused = any(f"HTTP {status}" in reason for reason in failures for status in (400, 404, 405, 501))
     if protocol in _SURFACES and refused:
@@ -177,7 +177,7 @@ def _example_action(schema_url: str) -> str:
 def _check_server(url: str, protocol: str) -> None:
     """Fail in one line, before any load, when the server refuses this client's key (or its absence), or says in
     its `/metadata` that it does not serve the surface `protocol` steps over (the picows transport: /ws only)."""
-    from ..client import EnvClient
+    from ..client import EnvClient, unserved_surface
     from ..errors import AuthenticationError, ClientError
 
     async def probe() -> dict[str, Any]:
@@ -192,11 +192,6 @@ def _check_server(url: str, protocol: str) -> None:
         metadata = asyncio.run(probe())
     except AuthenticationError as error:
         raise click.ClickException(str(error)) from None
-    transport = metadata.get("transport", "its transport")
-    if protocol == "mcp" and "/mcp" in metadata.get("not_served", []):
-        raise click.ClickException(f"{url} does not serve /mcp (transport: {transport}); serve it with the default "
-                                   "uvicorn transport to bench --protocol mcp, or bench --protocol ws")
-    ors = metadata.get("ors")
-    if protocol == "ors" and isinstance(ors, dict) and ors.get("served") is False:
-        raise click.ClickException(f"{url} does not serve the Open Reward Standard: {ors.get('why', 'not served')}; "
-                                   "bench --protocol ws instead")
+    unserved = unserved_surface(metadata, protocol)
+    if unserved is not None:
+        raise click.ClickException(f"{url} {unserved}; or bench --protocol ws")
