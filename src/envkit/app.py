@@ -8,13 +8,13 @@ import typing
 from typing import Any, AsyncIterator, Callable, Iterable
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from .access import API_KEY_ENV, AccessPolicy, AccessRefusal
 from .environment import Action, Environment, Observation
 from .errors import ConfigurationError
-from .http_exchange import RawHeaders, respond
+from .http_exchange import ExchangeEndpoint, RawHeaders, respond
 from .episode_metrics import check_metrics
 from .mcp import McpEndpoint
 from .metrics import ServerMetrics
@@ -159,7 +159,9 @@ class EnvkitApp(FastAPI):
     cost memory (their suspended calls live as long as the session, ~8 kB each) and a call per
     message; for `/mcp` and ORS (`serve_directly`) they cost more CPU per call than the surface's
     own work. They are skipped unless middleware was added to the app; then these paths take
-    ordinary routes to the same handlers, which serve them the same way.
+    ordinary routes to the same handlers, which serve them the same way. The default transport
+    goes one step further for requests to `/mcp` and ORS that need nothing of the access layer but
+    its yes: it asks `surface_at_once` and answers them with no ASGI cycle at all (`uvicorn_protocols`).
     """
 
     session_handler: SessionHandler | None = None
@@ -170,8 +172,8 @@ class EnvkitApp(FastAPI):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: Raw ASGI apps answering HTTP requests to these exact paths, whatever the method (`serve_directly`).
-        self.direct_http: dict[str, ASGIApp] = {}
+        #: Surfaces answering HTTP requests to these exact paths, whatever the method (`serve_directly`).
+        self.direct_http: dict[str, ExchangeEndpoint] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -192,12 +194,31 @@ class EnvkitApp(FastAPI):
                 return
         await super().__call__(scope, receive, send)
 
-    def serve_directly(self, paths: Iterable[str], endpoint: ASGIApp) -> None:
-        """Serve HTTP requests to `paths` (any method) with the raw ASGI app `endpoint`, skipping FastAPI's routing
+    def serve_directly(self, paths: Iterable[str], endpoint: ExchangeEndpoint) -> None:
+        """Serve HTTP requests to `paths` (any method) with `endpoint` as a raw ASGI app, skipping FastAPI's routing
         and middleware, or through an ordinary route once the app has middleware. Not listed in the OpenAPI schema."""
         for path in paths:
             self.direct_http[path] = endpoint
             self.router.add_route(path, endpoint, include_in_schema=False)
+
+    def surface_at_once(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
+                        local_host: str | None) -> ExchangeEndpoint | None:
+        """The surface that answers this request, when a transport may hand it over with no ASGI cycle: a path served
+        directly, in an app with no middleware, that the access policy lets through as it is (no refusal to send, no
+        CORS headers to add, no client to count). None: the request takes the ASGI path, which answers it."""
+        endpoint = self.direct_http.get(path)
+        if endpoint is None or self.user_middleware or self.root_path:
+            return None
+        access = self.access
+        if access is not None:
+            lookup = RawHeaders(headers)
+            if (access.check(path, lookup, local_host) is not None or access.preflight(method, lookup) is not None
+                    or access.cors_headers(lookup)):
+                return None
+        handler = self.session_handler
+        if handler is not None and handler.pool.max_sessions_per_client is not None:
+            return None
+        return endpoint
 
     def bind(self, host: str) -> None:
         """Called by the server that runs the app with the address it listens on: the default `Host` rule (and

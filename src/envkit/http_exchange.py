@@ -5,16 +5,23 @@ middleware stack and Starlette's `Request`/`Response` objects cost more server C
 surface's own work. `EnvkitApp` therefore hands the paths of those surfaces straight to them, after
 the access layer, as it hands `/ws` to the session handler; in an app with middleware of its own
 they are ordinary routes to the same ASGI apps, so a request is answered the same either way.
+
+A surface is an `ExchangeEndpoint`: it answers an `Exchange`, whatever carries it. `HttpExchange` is
+one over ASGI; the default transport answers most calls without an ASGI cycle at all, with an
+exchange of its own (`uvicorn_protocols`), and the surface's code is the same for both.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Iterable
 
-import orjson
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["HttpExchange", "RawHeaders", "BodyTooLarge", "ClientGone", "respond", "JSON", "EVENT_STREAM"]
+from .protocol import to_json
+
+__all__ = ["Exchange", "ExchangeEndpoint", "HttpExchange", "RawHeaders", "BodyTooLarge", "ClientGone", "respond",
+           "response_headers", "JSON", "EVENT_STREAM"]
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -51,8 +58,54 @@ class RawHeaders:
         return default
 
 
-class HttpExchange:
-    """A request to a raw ASGI endpoint: its method, path, headers and body, and the means to answer it once."""
+class Exchange(ABC):
+    """One HTTP request to a surface and the means to answer it once: what every carrier of requests provides."""
+
+    __slots__ = ()
+    method: str
+    path: str
+
+    @abstractmethod
+    def header(self, name: bytes) -> str | None:
+        """The value of header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
+
+    @abstractmethod
+    async def body(self, limit: int) -> bytes:
+        """The whole request body; raises `BodyTooLarge` once it passes `limit` bytes, `ClientGone` on a disconnect."""
+
+    @abstractmethod
+    async def respond(self, status: int, body: bytes = b"", content_type: str | None = None,
+                      headers: Iterable[tuple[str, str]] = ()) -> None:
+        """Answer with `body` in one piece (`content_type` None: no body type, as for 202 and 204)."""
+
+    @abstractmethod
+    async def stream(self, status: int, content_type: str, pieces: AsyncIterator[bytes],
+                     headers: Iterable[tuple[str, str]] = ()) -> None:
+        """Answer with a body sent piece by piece as `pieces` yields them (chunked transfer encoding)."""
+
+    async def respond_json(self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
+        await self.respond(status, to_json(payload), JSON, headers)
+
+    async def respond_text(self, status: int, text: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        await self.respond(status, text.encode(), _TEXT, headers)
+
+
+class ExchangeEndpoint(ABC):
+    """A surface answering `Exchange`s (`answer`), served as a raw ASGI app too (`__call__`)."""
+
+    #: Longest request body the surface reads.
+    max_body_bytes: int
+
+    @abstractmethod
+    async def answer(self, exchange: Exchange) -> None:
+        """Answer one request (every error included: nothing escapes but a server bug)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.answer(HttpExchange(scope, receive, send))
+
+
+class HttpExchange(Exchange):
+    """An `Exchange` over ASGI: the request's scope, `receive` and `send`."""
 
     __slots__ = ("scope", "receive", "send", "method", "path")
 
@@ -60,18 +113,16 @@ class HttpExchange:
         self.scope = scope
         self.receive = receive
         self.send = send
-        self.method: str = scope["method"]
-        self.path: str = scope["path"]
+        self.method = scope["method"]
+        self.path = scope["path"]
 
     def header(self, name: bytes) -> str | None:
-        """The value of header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
         for key, value in self.scope["headers"]:
             if key == name:
                 return value.decode("latin-1")
         return None
 
     async def body(self, limit: int) -> bytes:
-        """The whole request body; raises `BodyTooLarge` once it passes `limit` bytes, `ClientGone` on a disconnect."""
         declared = self.header(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(int(declared), limit)
@@ -98,37 +149,34 @@ class HttpExchange:
 
     async def respond(self, status: int, body: bytes = b"", content_type: str | None = None,
                       headers: Iterable[tuple[str, str]] = ()) -> None:
-        """Answer with `body` in one piece (`content_type` None: no body type, as for 202 and 204)."""
         await respond(self.send, status, body, content_type, headers)
-
-    async def respond_json(self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
-        await self.respond(status, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
-                           JSON, headers)
-
-    async def respond_text(self, status: int, text: str, headers: Iterable[tuple[str, str]] = ()) -> None:
-        await self.respond(status, text.encode(), _TEXT, headers)
 
     async def stream(self, status: int, content_type: str, pieces: AsyncIterator[bytes],
                      headers: Iterable[tuple[str, str]] = ()) -> None:
-        """Answer with a body sent piece by piece as `pieces` yields them (chunked transfer encoding)."""
-        raw = [(b"content-type", _with_charset(content_type))]
-        raw.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
         send = self.send
-        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": response_headers(status, None, content_type, headers)})
         async for piece in pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def respond(send: Send, status: int, body: bytes, content_type: str | None = None,
-                  headers: Iterable[tuple[str, str]] = ()) -> None:
-    """Send a whole response on an ASGI `send`: the head (with `content-length`) and the body."""
+def response_headers(status: int, body: bytes | None, content_type: str | None,
+                     headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """A response's own headers as bytes: `headers`, its type and, for a whole `body` (not a stream), its length."""
     raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
     if content_type is not None:
         raw.append((b"content-type", _with_charset(content_type)))
-    if status >= 200 and status not in (204, 304):   # these have no body, and so no length
+    if body is not None and status >= 200 and status not in (204, 304):   # these have no body, and so no length
         raw.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+    return raw
+
+
+async def respond(send: Send, status: int, body: bytes, content_type: str | None = None,
+                  headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Send a whole response on an ASGI `send`: the head (with `content-length`) and the body."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": response_headers(status, body, content_type, headers)})
     await send({"type": "http.response.body", "body": body})
 
 

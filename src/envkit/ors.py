@@ -41,13 +41,12 @@ from weakref import WeakKeyDictionary
 import orjson
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .environment import Environment, Observation, UnknownSplitError
-from .http_exchange import EVENT_STREAM, BodyTooLarge, ClientGone, HttpExchange
+from .http_exchange import EVENT_STREAM, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
 from .inline_answers import Resumed, first_step
-from .protocol import CloseCode, FrameError, tool_result_payload
+from .protocol import CloseCode, FrameError, to_json, tool_result_payload
 from .sessions import Session, new_session_id
 from .tools import ToolSpec
 from .ws_handler import SessionHandler, SessionRefused
@@ -81,7 +80,7 @@ class OrsError(Exception):
         self.message = message
         self.headers = dict(headers or {})
 
-    async def answer(self, exchange: HttpExchange) -> None:
+    async def answer(self, exchange: Exchange) -> None:
         body = {"ok": False, "error": self.message, "reason": self.reason, "detail": self.message}
         await exchange.respond_json(self.status, body, self.headers.items())
 
@@ -117,7 +116,7 @@ class EventStream:
     pieces: AsyncIterator[str] | None = None
 
 
-class OrsSurface:
+class OrsSurface(ExchangeEndpoint):
     """Serves one environment over ORS from the session pool that `/ws` uses."""
 
     def __init__(self, name: str, env_class: type[Environment], handler: SessionHandler) -> None:
@@ -171,10 +170,9 @@ class OrsSurface:
         """The paths this surface answers (the app serves them straight to it: `EnvkitApp.serve_directly`)."""
         return list(self._routes)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI app for the ORS paths: errors answer in the ORS shape, environment code that raised (a task list,
-        a task prompt) a 500 that names the error, with the traceback in the server's log."""
-        exchange = HttpExchange(scope, receive, send)
+    async def answer(self, exchange: Exchange) -> None:
+        """A request to an ORS path: errors answer in the ORS shape, environment code that raised (a task list, a task
+        prompt) a 500 that names the error, with the traceback in the server's log."""
         method, endpoint = self._routes[exchange.path]
         try:
             if exchange.method != method:
@@ -196,31 +194,31 @@ class OrsSurface:
 
     # -- catalogue: no session needed ---------------------------------------------------------
 
-    async def version(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def version(self, exchange: Exchange) -> dict[str, Any]:
         return {"version": __version__, "build_sha": None, "server": "envkit"}
 
-    async def list_environments(self, exchange: HttpExchange) -> list[str]:
+    async def list_environments(self, exchange: Exchange) -> list[str]:
         return [self.name]
 
-    async def tools(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def tools(self, exchange: Exchange) -> dict[str, Any]:
         return self.tools_listing
 
-    async def splits(self, exchange: HttpExchange) -> list[dict[str, str]]:
+    async def splits(self, exchange: Exchange) -> list[dict[str, str]]:
         return [{"name": split, "type": split if split in _SPLIT_TYPES else "validation"}
                 for split in self.env_class.splits()]
 
-    async def tasks(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def tasks(self, exchange: Exchange) -> dict[str, Any]:
         split = _text(await self._body(exchange), "split")
         return {"tasks": [dict(task) for task in self._tasks(split)], "env_name": self.name}
 
-    async def num_tasks(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def num_tasks(self, exchange: Exchange) -> dict[str, Any]:
         return {"num_tasks": len(self._tasks(_text(await self._body(exchange), "split")))}
 
-    async def task(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def task(self, exchange: Exchange) -> dict[str, Any]:
         body = await self._body(exchange)
         return {"task": self._task(_text(body, "split"), _integer(body, "index")), "env_name": self.name}
 
-    async def task_range(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def task_range(self, exchange: Exchange) -> dict[str, Any]:
         body = await self._body(exchange)
         tasks = self._tasks(_text(body, "split"))
         start, stop = _integer(body, "start", optional=True), _integer(body, "stop", optional=True)
@@ -228,11 +226,11 @@ class OrsSurface:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    async def create_session(self, exchange: HttpExchange) -> EventStream:
+    async def create_session(self, exchange: Exchange) -> EventStream:
         """Mint a session id (SSE, as the SDK reads it); the environment opens at `/create`."""
         return EventStream(_event("task_id", new_session_id()) + _event("end", ""))
 
-    async def create(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def create(self, exchange: Exchange) -> dict[str, Any]:
         """Open a session for one task: a pool slot, a fresh environment, reset with the task's arguments."""
         sid = _session_id(exchange)
         body = await self._body(exchange)
@@ -269,7 +267,7 @@ class OrsSurface:
         self._episodes[session] = OrsEpisode(task, prompt, finished=first.done)
         return {"sid": sid}
 
-    async def delete(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def delete(self, exchange: Exchange) -> dict[str, Any]:
         """End the session and close its environment; deleting one that is gone is not an error."""
         sid = _session_id(exchange)
         session = self.pool.get(sid)
@@ -278,27 +276,27 @@ class OrsSurface:
                 await session.end(CloseCode.NORMAL, "deleted by the client")
         return {"sid": sid}
 
-    async def delete_session(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def delete_session(self, exchange: Exchange) -> dict[str, Any]:
         return await self.delete(exchange)
 
-    async def ping(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def ping(self, exchange: Exchange) -> dict[str, Any]:
         session, _ = self._session(exchange)
         session.last_active = time.monotonic()   # the idle reaper leaves a pinged session alone
         return {"status": "ok"}
 
-    async def prompt(self, exchange: HttpExchange) -> list[dict[str, Any]]:
+    async def prompt(self, exchange: Exchange) -> list[dict[str, Any]]:
         _, episode = self._session(exchange)
         return [_text_block(episode.prompt)]
 
-    async def messages(self, exchange: HttpExchange) -> list[dict[str, Any]]:
+    async def messages(self, exchange: Exchange) -> list[dict[str, Any]]:
         _, episode = self._session(exchange)
         return [{"role": "user", "blocks": [_text_block(episode.prompt)], "detail": None}]
 
-    async def task_tools(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def task_tools(self, exchange: Exchange) -> dict[str, Any]:
         self._session(exchange)
         return self.tools_listing
 
-    async def call(self, exchange: HttpExchange) -> EventStream:
+    async def call(self, exchange: Exchange) -> EventStream:
         """Run a tool (or resume a call by its `task_id`) and stream the result as the SDK reads it.
 
         A call that finishes without waiting (a tool of a `RUN_INLINE` environment) is answered in one piece;
@@ -351,7 +349,7 @@ class OrsSurface:
         episode.finished = bool(payload["done"])
         output = {"blocks": [_text_block(payload["result"])], "metadata": payload["observation"],
                   "reward": payload["reward"], "finished": episode.finished}
-        return orjson.dumps({"ok": True, "output": output}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        return to_json({"ok": True, "output": output}, orjson.OPT_SERIALIZE_NUMPY).decode()
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -379,7 +377,7 @@ class OrsSurface:
             return dict(spec)
         return self._task(_text(body, "split"), _integer(body, "index"))
 
-    async def _body(self, exchange: HttpExchange) -> dict[str, Any]:
+    async def _body(self, exchange: Exchange) -> dict[str, Any]:
         try:
             raw = await exchange.body(self.max_body_bytes)
         except BodyTooLarge as too_large:
@@ -394,7 +392,7 @@ class OrsSurface:
             raise OrsError(400, "bad_input_shape", "the request body must be a JSON object")
         return body
 
-    def _session(self, exchange: HttpExchange) -> tuple[Session, OrsEpisode]:
+    def _session(self, exchange: Exchange) -> tuple[Session, OrsEpisode]:
         sid = _session_id(exchange)
         session = self.pool.get(sid)
         episode = self._episodes.get(session) if session is not None else None
@@ -435,7 +433,7 @@ def _tool_spec(spec: ToolSpec) -> dict[str, Any]:
             "input_schema": function.get("parameters") or {"type": "object", "properties": {}}}
 
 
-def _session_id(exchange: HttpExchange) -> str:
+def _session_id(exchange: Exchange) -> str:
     sid = (exchange.header(_SESSION_HEADER) or "").strip()
     if not sid:
         raise OrsError(400, "input_validation", "the X-Session-ID header is required; get an id from "

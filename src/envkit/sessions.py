@@ -53,6 +53,12 @@ Pinger = Callable[[], None]
 current_client: ContextVar[str | None] = ContextVar("envkit_current_client", default=None)
 
 
+def _give_up(waiter: asyncio.Future[bool]) -> None:
+    """A slot wait's time is up: no slot (unless one was handed over already)."""
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 def new_session_id() -> str:
     """An unguessable session id: 32 hex digits."""
     return secrets.token_hex(16)
@@ -307,19 +313,20 @@ class SessionPool:
         """
         if self.shutting_down or self.capacity_wait_s <= 0:
             return False
-        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
         self._slot_waiters.append(waiter)
+        # A timer, not `asyncio.timeout`: this may run before any task does (a request answered at once, `http_at_once`).
+        timer = loop.call_later(self.capacity_wait_s, _give_up, waiter)
         try:
-            async with asyncio.timeout(self.capacity_wait_s):
-                return await waiter
-        except TimeoutError:
-            return waiter.done() and not waiter.cancelled() and waiter.result()  # handed over as time ran out
+            return await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.result():
                 self.release()
             raise
         finally:
-            if not waiter.done() or waiter.cancelled():
+            timer.cancel()
+            if not waiter.done() or waiter.cancelled() or not waiter.result():
                 with contextlib.suppress(ValueError):
                     self._slot_waiters.remove(waiter)
 

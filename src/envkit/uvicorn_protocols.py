@@ -41,8 +41,13 @@ from .ws_handler import INLINE_FRAMES, SessionHandler
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from .http_at_once import AnsweredAtOnce, ExchangeAtOnce
+    #: Requests of a connection that are not uvicorn's cycles, and so write no response through `_HeadWithBody`.
+    _ANSWERED_AT_ONCE: tuple[type, ...] = (ExchangeAtOnce,)
 except ImportError:   # httptools is not installed: uvicorn parses with h11
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
+    _ANSWERED_AT_ONCE = ()
 
 __all__ = ["HeadLimits", "protocol_classes", "MAX_HEAD_BYTES"]
 
@@ -112,8 +117,8 @@ class _LimitedHeads:
                 return
         cycle = self.cycle
         super().data_received(data)  # type: ignore[misc]
-        if self.cycle is not cycle:   # a request started: its response head waits for the body (`_HeadWithBody`)
-            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)
+        if self.cycle is not cycle and not isinstance(self.cycle, _ANSWERED_AT_ONCE):
+            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)   # its response head waits for the body
         if self._head_timer is not None and (self.cycle is not cycle or self.transport.get_protocol() is not self):
             self._head_done()   # a request started, or the connection became a WebSocket
 
@@ -313,8 +318,13 @@ class _InlineOverUvicorn(InlineAnswers):
 
 
 def protocol_classes(limits: HeadLimits) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
-    """uvicorn's `http` and `ws` protocol classes for one server: httptools (h11 without it) and websockets."""
-    base = HttpToolsProtocol if HttpToolsProtocol is not None else H11Protocol
-    http = type(f"Limited{base.__name__}", (_LimitedHeads, base), {"limits": limits})
+    """uvicorn's `http` and `ws` protocol classes for one server: httptools (h11 without it) and websockets.
+
+    With httptools, requests to `/mcp` and ORS are answered without an ASGI cycle (`envkit.http_at_once`)."""
+    if HttpToolsProtocol is not None:
+        bases: tuple[type, ...] = (_LimitedHeads, AnsweredAtOnce, HttpToolsProtocol)
+    else:
+        bases = (_LimitedHeads, H11Protocol)
+    http = type(f"Limited{bases[-1].__name__}", bases, {"limits": limits})
     ws = type("QuietWebSocketsSansIOProtocol", (_QuietWebSocket,), {"metrics": limits.metrics})
     return http, ws

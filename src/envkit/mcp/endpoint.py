@@ -15,12 +15,9 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-import orjson
-from starlette.types import Receive, Scope, Send
-
 from ..environment import Environment
-from ..http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, HttpExchange
-from ..protocol import CloseCode
+from ..http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
+from ..protocol import CloseCode, to_json
 from ..sessions import Session, new_session_id
 from ..ws_handler import SessionHandler
 from .episodes import Episodes
@@ -38,7 +35,7 @@ _SESSION_HEADER = SESSION_HEADER.encode()
 _PROTOCOL_HEADER = b"mcp-protocol-version"
 
 
-class McpEndpoint:
+class McpEndpoint(ExchangeEndpoint):
     """Serves `/mcp` for one app: OpenEnv's dialect and standard MCP, on the app's session pool."""
 
     #: MCP sessions remembered at once (each is a set of episode ids); the least recently used is forgotten.
@@ -48,13 +45,11 @@ class McpEndpoint:
         self.episodes = Episodes(handler)
         self.openenv = OpenEnvDialect(self.episodes)
         self.standard = StandardDialect(self.episodes, env_class, name, description)
-        self.max_message_bytes = handler.max_message_bytes
+        self.max_body_bytes = handler.max_message_bytes
         self._mcp_sessions: OrderedDict[str, set[str]] = OrderedDict()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI app for GET, POST and DELETE `/mcp` (the app's access layer has checked the key and the page's
-        Origin already)."""
-        exchange = HttpExchange(scope, receive, send)
+    async def answer(self, exchange: Exchange) -> None:
+        """GET, POST and DELETE `/mcp` (the app's access layer has checked the key and the page's Origin already)."""
         if exchange.method == "POST":
             await self._post(exchange)
         elif exchange.method == "DELETE":
@@ -63,9 +58,9 @@ class McpEndpoint:
             await exchange.respond_text(405, "this server sends nothing unasked: POST JSON-RPC requests to /mcp",
                                         [("allow", "POST, DELETE")])
 
-    async def _post(self, exchange: HttpExchange) -> None:
+    async def _post(self, exchange: Exchange) -> None:
         try:
-            body = await exchange.body(self.max_message_bytes)
+            body = await exchange.body(self.max_body_bytes)
         except BodyTooLarge as too_large:
             error = RpcError(INVALID_REQUEST, f"request of {too_large.size} bytes exceeds the server's limit of "
                                               f"{too_large.limit} bytes")
@@ -121,7 +116,7 @@ class McpEndpoint:
             self._mcp_sessions.popitem(last=False)   # its episodes stay until closed or reaped
         return session_id
 
-    async def _delete(self, exchange: HttpExchange) -> None:
+    async def _delete(self, exchange: Exchange) -> None:
         mcp_session_id = exchange.header(_SESSION_HEADER)
         if mcp_session_id is None:
             return await exchange.respond_text(400, f"DELETE /mcp needs the {SESSION_HEADER} header of the session "
@@ -143,11 +138,11 @@ def _track(owned: set[str], session: Session, pool: Any) -> None:
         owned.intersection_update({episode_id for episode_id in owned if pool.get(episode_id) is not None})
 
 
-async def _reply(exchange: HttpExchange, payload: dict[str, Any], *, status: int = 200,
+async def _reply(exchange: Exchange, payload: dict[str, Any], *, status: int = 200,
                  headers: list[tuple[str, str]] | None = None) -> None:
     """`payload` as JSON, or as one server-sent event when the client accepts only an event stream."""
     accept = exchange.header(b"accept") or ""
-    body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    body = to_json(payload)
     if EVENT_STREAM in accept and JSON not in accept and "*/*" not in accept:
         await exchange.respond(status, b"event: message\ndata: " + body + b"\n\n", EVENT_STREAM, headers or ())
     else:

@@ -1,0 +1,240 @@
+"""Requests to `/mcp` and ORS answered inside the default transport's protocol, with no ASGI cycle.
+
+On uvicorn, an HTTP request costs a `RequestResponseCycle`, an `asyncio.Event`, a task, ASGI
+message dicts and two writes before the surface does anything: measured with the same client, a
+bare ASGI app answering a POST cost ~40 µs of server CPU, and the same answer written from the
+protocol's own callback ~11 µs. An MCP `tools/call` or an ORS `/call` is one such request per
+step, so `AnsweredAtOnce` hands a request straight to its surface (`ExchangeEndpoint.answer`) when
+the request is a plain one the app says it may (`EnvkitApp.surface_at_once`: a path served
+directly, the access policy's yes with nothing to add), and runs the surface's coroutine inside
+`data_received` until it finishes or first waits; one that waits (a slot, the session's previous
+call, a worker thread) goes on in a task, and the connection's next request waits its turn
+behind it, as uvicorn queues pipelined requests. The response bytes are uvicorn's: its status
+line, its default headers (`date`, `server`), then the surface's.
+
+Everything else takes uvicorn's path: other paths, `HEAD`, HTTP/1.0, `Connection: close`,
+`Expect: 100-continue`, chunked bodies, bodies over the surface's limit, query strings, requests
+the access layer refuses or must add CORS headers to, apps with middleware, per-client session
+limits (they read the client address in a context variable set per request).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from .http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_headers
+from .inline_answers import Resumed, first_step
+
+__all__ = ["AnsweredAtOnce", "ExchangeAtOnce"]
+
+logger = logging.getLogger("envkit.server")
+
+_METHODS = frozenset({b"GET", b"POST", b"DELETE"})
+_CLOSE = b"connection: close\r\n"
+_INTERNAL_ERROR = b"Internal Server Error"
+SurfaceFinder = Callable[[str, str, list[tuple[bytes, bytes]], "str | None"], "ExchangeEndpoint | None"]
+
+
+class _NoEvent:
+    """What uvicorn sets on a connection's current request when the connection is lost: nothing to wake here."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        pass
+
+
+class ExchangeAtOnce(Exchange):
+    """One request answered by its surface from the protocol's callback; while its answer waits, it is the
+    connection's current request (uvicorn's `cycle`), so that requests behind it wait their turn."""
+
+    __slots__ = ("protocol", "endpoint", "method", "path", "headers", "chunks", "started", "response_complete",
+                 "disconnected", "keep_alive")
+    message_event = _NoEvent()
+
+    def __init__(self, protocol: Any, endpoint: ExchangeEndpoint, method: str, path: str,
+                 headers: list[tuple[bytes, bytes]]) -> None:
+        self.protocol = protocol
+        self.endpoint = endpoint
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.chunks: list[bytes] = []
+        self.started = False            # the response head is written
+        self.response_complete = False
+        self.disconnected = False       # set by uvicorn when the connection is lost while this answer waits
+        self.keep_alive = True          # cleared by uvicorn's graceful shutdown while this answer waits
+
+    # -- the request --------------------------------------------------------------------------
+
+    def header(self, name: bytes) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("latin-1")
+        return None
+
+    async def body(self, limit: int) -> bytes:
+        body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        if len(body) > limit:
+            raise BodyTooLarge(len(body), limit)
+        return body
+
+    # -- the response -------------------------------------------------------------------------
+
+    async def respond(self, status: int, body: bytes = b"", content_type: str | None = None,
+                      headers: Iterable[tuple[str, str]] = ()) -> None:
+        if self.started:
+            return
+        self._write(self._head(status, response_headers(status, body, content_type, headers)) + body)
+        self._complete()
+
+    async def stream(self, status: int, content_type: str, pieces: AsyncIterator[bytes],
+                     headers: Iterable[tuple[str, str]] = ()) -> None:
+        if self.started:
+            return
+        raw = response_headers(status, None, content_type, headers)
+        raw.append((b"transfer-encoding", b"chunked"))
+        self._write(self._head(status, raw))
+        flow = self.protocol.flow
+        async for piece in pieces:
+            if flow.write_paused and not self.protocol.transport.is_closing():
+                await flow.drain()
+            if piece:
+                self._write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self._write(b"0\r\n\r\n")
+        self._complete()
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+        self.started = True
+        content = [STATUS_LINE[status]]
+        for name, value in (*self.protocol.server_state.default_headers, *headers):
+            content.extend((name, b": ", value, b"\r\n"))
+        if not self.keep_alive:
+            content.append(_CLOSE)
+        content.append(b"\r\n")
+        return b"".join(content)
+
+    def _write(self, data: bytes) -> None:
+        transport = self.protocol.transport
+        if not transport.is_closing():
+            transport.write(data)
+
+    def _complete(self) -> None:
+        """The response is written: the connection reads on, or closes if graceful shutdown asked it to."""
+        self.response_complete = True
+        protocol = self.protocol
+        if not self.keep_alive:
+            protocol.transport.close()
+        protocol.on_response_complete()
+
+    # -- running the surface ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the surface's answer now, as far as it goes without waiting; a task finishes it if it must wait."""
+        answer = self.endpoint.answer(self)
+        try:
+            finished, waiting_on = first_step(answer)
+        except Exception as error:   # a server bug: uvicorn's answer to an app that raised
+            self._failed(error)
+            return
+        if finished:
+            self._returned()
+            return
+        protocol = self.protocol
+        protocol.cycle = self   # the connection's next request waits behind this one
+        task = protocol.loop.create_task(self._resume(answer, waiting_on))
+        task.add_done_callback(protocol.tasks.discard)
+        protocol.tasks.add(task)
+
+    async def _resume(self, answer: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        try:
+            await Resumed(answer, waiting_on)
+        except Exception as error:
+            self._failed(error)
+            return
+        self._returned()
+
+    def _returned(self) -> None:
+        if not self.response_complete:
+            self._failed(RuntimeError(f"the surface at {self.path} returned without answering"))
+
+    def _failed(self, error: BaseException) -> None:
+        logger.error("%s %s failed", self.method, self.path, exc_info=error)
+        if self.started:   # a response half written cannot be finished: the client sees the connection close
+            self.protocol.transport.close()
+            self.response_complete = True
+            return
+        self.keep_alive = False
+        self._write(self._head(500, [(b"content-type", b"text/plain; charset=utf-8"),
+                                     (b"content-length", b"%d" % len(_INTERNAL_ERROR))]) + _INTERNAL_ERROR)
+        self._complete()
+
+
+class AnsweredAtOnce:
+    """Mixin for uvicorn's httptools protocol: the requests `EnvkitApp.surface_at_once` names are answered by
+    `ExchangeAtOnce`, every other request by uvicorn's cycle as before."""
+
+    app: Any
+    cycle: Any
+    parser: Any
+    url: bytes
+    headers: list[tuple[bytes, bytes]]
+    server: tuple[str, int] | None
+    flow: Any
+    expect_100_continue: bool
+    limit_concurrency: int | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._surface_at_once: SurfaceFinder | None = getattr(self.app, "surface_at_once", None)
+        self._at_once: ExchangeAtOnce | None = None
+
+    def on_headers_complete(self) -> None:
+        self._unset_keepalive_if_required()  # type: ignore[attr-defined]  # a request behind one answered in this read: no idle timeout under it
+        exchange = self._exchange_at_once()
+        if exchange is None:
+            super().on_headers_complete()  # type: ignore[misc]
+        else:
+            self._at_once = exchange
+            self._head_done()  # type: ignore[attr-defined]  # `uvicorn_protocols`: its head arrived in time
+
+    def on_body(self, body: bytes) -> None:
+        if self._at_once is None:
+            super().on_body(body)  # type: ignore[misc]
+        else:
+            self._at_once.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        exchange = self._at_once
+        if exchange is None:
+            super().on_message_complete()  # type: ignore[misc]
+        else:
+            self._at_once = None
+            exchange.start()
+
+    def _exchange_at_once(self) -> ExchangeAtOnce | None:
+        """An exchange for the request whose head was just read, if it may be answered at once."""
+        find = self._surface_at_once
+        cycle, parser, url = self.cycle, self.parser, self.url
+        if (find is None or (cycle is not None and not cycle.response_complete) or self.flow.write_paused
+                or self.expect_100_continue or self.limit_concurrency is not None
+                or parser.get_method() not in _METHODS or parser.get_http_version() != "1.1"
+                or not parser.should_keep_alive() or parser.should_upgrade()
+                or not url.startswith(b"/") or b"?" in url or b"%" in url or not url.isascii()):
+            return None
+        length = 0
+        for name, value in self.headers:
+            if name == b"content-length":
+                if not value.isdigit():
+                    return None
+                length = int(value)
+            elif name == b"transfer-encoding":
+                return None
+        method, path = parser.get_method().decode(), url.decode()
+        endpoint = find(method, path, self.headers, self.server[0] if self.server else None)
+        if endpoint is None or length > endpoint.max_body_bytes:
+            return None
+        return ExchangeAtOnce(self, endpoint, method, path, self.headers)
