@@ -234,10 +234,20 @@ class AccessPolicy:
 
     def check(self, path: str, headers: HeaderLookup, local_host: str | None = None) -> AccessRefusal | None:
         """None when the request may go on, else why not. Host first, then Origin, then the key."""
+        return self._check(path, headers, local_host, headers.get("origin"))
+
+    def admits_as_is(self, path: str, headers: HeaderLookup, local_host: str | None = None) -> bool:
+        """Whether a request goes on with nothing for this layer to answer or add: not refused, and not from a web
+        page (no `Origin`, so no CORS headers and no preflight). A transport may then hand it straight to its
+        surface (`EnvkitApp.surface_at_once`); any other request passes through `EnvkitApp`'s guard."""
+        return headers.get("origin") is None and self._check(path, headers, local_host, None) is None
+
+    def _check(self, path: str, headers: HeaderLookup, local_host: str | None,
+               origin: str | None) -> AccessRefusal | None:
         host_header = headers.get("host") or ""
         refusal = self._check_host(host_header, local_host)
         if refusal is None:
-            refusal = self._check_origin(headers.get("origin"), host_header)
+            refusal = self._check_origin(origin, host_header)
         if refusal is None and self._keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
             refusal = self._check_key(headers)
         return refusal

@@ -201,20 +201,17 @@ class EnvkitApp(FastAPI):
             self.direct_http[path] = endpoint
             self.router.add_route(path, endpoint, include_in_schema=False)
 
-    def surface_at_once(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
+    def surface_at_once(self, path: str, headers: list[tuple[bytes, bytes]],
                         local_host: str | None) -> ExchangeEndpoint | None:
         """The surface that answers this request, when a transport may hand it over with no ASGI cycle: a path served
-        directly, in an app with no middleware, that the access policy lets through as it is (no refusal to send, no
-        CORS headers to add, no client to count). None: the request takes the ASGI path, which answers it."""
+        directly, in an app with no middleware, that the access policy lets through as it is (`admits_as_is`: no
+        refusal to send, no CORS headers to add) and with no client to count. None: the request takes the ASGI path,
+        which answers it."""
         endpoint = self.direct_http.get(path)
         if endpoint is None or self.user_middleware or self.root_path:
             return None
-        access = self.access
-        if access is not None:
-            lookup = RawHeaders(headers)
-            if (access.check(path, lookup, local_host) is not None or access.preflight(method, lookup) is not None
-                    or access.cors_headers(lookup)):
-                return None
+        if self.access is not None and not self.access.admits_as_is(path, RawHeaders(headers), local_host):
+            return None
         handler = self.session_handler
         if handler is not None and handler.pool.max_sessions_per_client is not None:
             return None

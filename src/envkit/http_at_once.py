@@ -35,7 +35,26 @@ logger = logging.getLogger("envkit.server")
 _METHODS = frozenset({b"GET", b"POST", b"DELETE"})
 _CLOSE = b"connection: close\r\n"
 _INTERNAL_ERROR = b"Internal Server Error"
-SurfaceFinder = Callable[[str, str, list[tuple[bytes, bytes]], "str | None"], "ExchangeEndpoint | None"]
+SurfaceFinder = Callable[[str, list[tuple[bytes, bytes]], "str | None"], "ExchangeEndpoint | None"]
+
+
+class _DefaultHeadersBlock:
+    """uvicorn's default response headers (`date`, `server`) as bytes, remade when uvicorn renews them (each second)."""
+
+    __slots__ = ("source", "block")
+
+    def __init__(self) -> None:
+        self.source: list[tuple[bytes, bytes]] | None = None
+        self.block = b""
+
+    def __call__(self, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+        if default_headers is not self.source:
+            self.source = default_headers
+            self.block = b"".join(name + b": " + value + b"\r\n" for name, value in default_headers)
+        return self.block
+
+
+_default_headers = _DefaultHeadersBlock()
 
 
 class _NoEvent:
@@ -109,8 +128,8 @@ class ExchangeAtOnce(Exchange):
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         self.started = True
-        content = [STATUS_LINE[status]]
-        for name, value in (*self.protocol.server_state.default_headers, *headers):
+        content = [STATUS_LINE[status], _default_headers(self.protocol.server_state.default_headers)]
+        for name, value in headers:
             content.extend((name, b": ", value, b"\r\n"))
         if not self.keep_alive:
             content.append(_CLOSE)
@@ -192,14 +211,25 @@ class AnsweredAtOnce:
         self._surface_at_once: SurfaceFinder | None = getattr(self.app, "surface_at_once", None)
         self._at_once: ExchangeAtOnce | None = None
 
+    def on_message_begin(self) -> None:
+        # uvicorn builds the request's ASGI scope here; a request answered at once needs none, so it is built only
+        # for one that takes uvicorn's path (`on_headers_complete`)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+
     def on_headers_complete(self) -> None:
-        self._unset_keepalive_if_required()  # type: ignore[attr-defined]  # a request behind one answered in this read: no idle timeout under it
+        self._unset_keepalive_if_required()  # type: ignore[attr-defined]  # no idle timeout under a request
         exchange = self._exchange_at_once()
-        if exchange is None:
-            super().on_headers_complete()  # type: ignore[misc]
-        else:
+        if exchange is not None:
             self._at_once = exchange
             self._head_done()  # type: ignore[attr-defined]  # `uvicorn_protocols`: its head arrived in time
+            return
+        url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()  # type: ignore[misc]  # the scope, and empty headers in it: refilled
+        self.url, self.expect_100_continue = url, expect_100_continue
+        self.headers.extend(headers)
+        super().on_headers_complete()  # type: ignore[misc]
 
     def on_body(self, body: bytes) -> None:
         if self._at_once is None:
@@ -217,13 +247,16 @@ class AnsweredAtOnce:
 
     def _exchange_at_once(self) -> ExchangeAtOnce | None:
         """An exchange for the request whose head was just read, if it may be answered at once."""
-        find = self._surface_at_once
-        cycle, parser, url = self.cycle, self.parser, self.url
-        if (find is None or (cycle is not None and not cycle.response_complete) or self.flow.write_paused
-                or self.expect_100_continue or self.limit_concurrency is not None
-                or parser.get_method() not in _METHODS or parser.get_http_version() != "1.1"
-                or not parser.should_keep_alive() or parser.should_upgrade()
-                or not url.startswith(b"/") or b"?" in url or b"%" in url or not url.isascii()):
+        find, url, parser = self._surface_at_once, self.url, self.parser
+        if (find is None or b"?" in url or b"%" in url or not url.isascii() or not url.startswith(b"/")
+                or self.expect_100_continue or self.flow.write_paused or self.limit_concurrency is not None):
+            return None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:   # pipelined behind a request still being answered
+            return None
+        method = parser.get_method()
+        if (method not in _METHODS or parser.get_http_version() != "1.1" or not parser.should_keep_alive()
+                or parser.should_upgrade()):
             return None
         length = 0
         for name, value in self.headers:
@@ -233,8 +266,8 @@ class AnsweredAtOnce:
                 length = int(value)
             elif name == b"transfer-encoding":
                 return None
-        method, path = parser.get_method().decode(), url.decode()
-        endpoint = find(method, path, self.headers, self.server[0] if self.server else None)
+        method_name, path = method.decode(), url.decode()
+        endpoint = find(path, self.headers, self.server[0] if self.server else None)
         if endpoint is None or length > endpoint.max_body_bytes:
             return None
-        return ExchangeAtOnce(self, endpoint, method, path, self.headers)
+        return ExchangeAtOnce(self, endpoint, method_name, path, self.headers)

@@ -13,6 +13,7 @@ exchange of its own (`uvicorn_protocols`), and the surface's code is the same fo
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Iterable
 
@@ -180,6 +181,7 @@ async def respond(send: Send, status: int, body: bytes, content_type: str | None
     await send({"type": "http.response.body", "body": body})
 
 
+@functools.lru_cache(maxsize=64)
 def _with_charset(content_type: str) -> bytes:
     """A text type says its charset (UTF-8), as Starlette's responses do."""
     if content_type.startswith("text/") and "charset=" not in content_type:

@@ -8,7 +8,8 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
 `run_server` and `running_server` (plain `uvicorn module:app` does not apply them):
 
 - a head may take `head_timeout_s` (10 s) from the connection's opening, or from the previous
-  response on a kept-alive connection; past that the connection gets 408 and is closed;
+  response on a kept-alive connection; past that the connection gets 408 and is closed (a kept-alive
+  connection that sends nothing is closed by uvicorn's keep-alive timeout instead, 5 s by default);
 - a head may be `max_head_bytes` (64 KiB) long; past that the connection gets 431 and is closed;
 - at most `max_pending_heads` connections may be waiting for their heads at once (a quarter of the
   process's file-descriptor limit); past that the oldest of them is closed with 503 if it has waited
@@ -96,20 +97,22 @@ class _LimitedHeads:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.logger = TransportLog(self.logger, self.limits.metrics, UVICORN_LOG_RULES)
+        self._head_since: float | None = None   # when the wait for the next request head began; None: none awaited
         self._head_bytes = 0
         self._head_tail = b""   # the last bytes of the head so far, to find its end across reads
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_timer: asyncio.TimerHandle | None = None   # set while the connection is in `limits.pending`
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # type: ignore[misc]
         self._await_head()
+        self._watch_head()   # a new connection that sends nothing is a stalled head too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_done()
         super().connection_lost(exc)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
-        if self._head_timer is not None:
+        if self._head_since is not None:
             self._head_bytes += self._head_part(data)
             if self._head_bytes > self.limits.max_head_bytes:
                 self._refuse(431, "Request Header Fields Too Large", "handshake_too_big",
@@ -119,15 +122,23 @@ class _LimitedHeads:
         super().data_received(data)  # type: ignore[misc]
         if self.cycle is not cycle and not isinstance(self.cycle, _ANSWERED_AT_ONCE):
             self.cycle.transport = _HeadWithBody(self.transport, self.cycle)   # its response head waits for the body
-        if self._head_timer is not None and (self.cycle is not cycle or self.transport.get_protocol() is not self):
+        if self._head_since is None:
+            return
+        if self.cycle is not cycle or self.transport.get_protocol() is not self:
             self._head_done()   # a request started, or the connection became a WebSocket
+        elif self._head_timer is None and self._head_bytes:
+            self._watch_head()   # part of a head came and the rest has not: it has until its deadline
 
     def _head_part(self, data: bytes) -> int:
         """How many bytes of `data` belong to the request head: a body read with it is not the head's."""
-        seen = self._head_tail + data
-        end = seen.find(b"\r\n\r\n")
-        part = len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
-        self._head_tail = seen[-3:]
+        tail = self._head_tail
+        end = (tail + data[:3]).find(b"\r\n\r\n") if tail else -1   # the head's end, across the previous read
+        if end >= 0:
+            part = max(0, end + 4 - len(tail))
+        else:
+            end = data.find(b"\r\n\r\n")
+            part = len(data) if end < 0 else end + 4
+        self._head_tail = (tail + data)[-3:] if len(data) < 3 else data[-3:]
         return part
 
     def on_response_complete(self) -> None:
@@ -137,9 +148,16 @@ class _LimitedHeads:
             self._await_head()   # a kept-alive connection: the next head has the same limits
 
     def _await_head(self) -> None:
-        limits, now = self.limits, self.loop.time()
+        """Wait for a request head from now. A kept-alive connection idles under uvicorn's keep-alive timeout, and is
+        watched (`_watch_head`) once part of a head has come."""
+        self._head_since = self.loop.time()
         self._head_bytes, self._head_tail = 0, b""
-        self._head_timer = self.loop.call_later(limits.head_timeout_s, self._head_timed_out)
+
+    def _watch_head(self) -> None:
+        """Time the awaited head out at its deadline, and count the connection among those waiting for heads."""
+        limits, now = self.limits, self.loop.time()
+        assert self._head_since is not None
+        self._head_timer = self.loop.call_at(self._head_since + limits.head_timeout_s, self._head_timed_out)
         limits.pending[self] = now
         if len(limits.pending) > limits.max_pending_heads:
             oldest, since = next(iter(limits.pending.items()))
@@ -149,13 +167,13 @@ class _LimitedHeads:
                                "closed the oldest")
 
     def _head_done(self) -> None:
+        self._head_since = None
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        self.limits.pending.pop(self, None)
+            self.limits.pending.pop(self, None)
 
     def _head_timed_out(self) -> None:
-        self._head_timer = None
         self._refuse(408, "Request Timeout", "handshake_timeout",
                      f"no complete request head within {self.limits.head_timeout_s:g}s")
 
