@@ -164,8 +164,12 @@ class HttpExchange(Exchange):
 
 def response_headers(status: int, body: bytes | None, content_type: str | None,
                      headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    """A response's own headers as bytes: `headers`, its type and, for a whole `body` (not a stream), its length."""
-    raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    """A response's own headers as bytes: `headers` (a tuple of them is encoded once), its type and, for a whole
+    `body` (not a stream), its length."""
+    if type(headers) is tuple:
+        raw = list(_encoded(headers))
+    else:
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
     if content_type is not None:
         raw.append((b"content-type", _with_charset(content_type)))
     if body is not None and status >= 200 and status not in (204, 304):   # these have no body, and so no length
@@ -179,6 +183,12 @@ async def respond(send: Send, status: int, body: bytes, content_type: str | None
     await send({"type": "http.response.start", "status": status,
                 "headers": response_headers(status, body, content_type, headers)})
     await send({"type": "http.response.body", "body": body})
+
+
+@functools.lru_cache(maxsize=64)
+def _encoded(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    """Constant headers (a surface's fixed set, passed as a tuple) as bytes."""
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
 
 
 @functools.lru_cache(maxsize=64)

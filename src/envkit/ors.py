@@ -65,7 +65,7 @@ PING_INTERVAL_S = 5.0
 CHUNK_CHARS = 4096
 #: Finished call results a session keeps for replay (a repeated call with the same `task_id`).
 KEPT_RESULTS = 32
-_SSE_HEADERS = [("cache-control", "no-cache"), ("x-accel-buffering", "no")]
+_SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
 _SPLIT_TYPES = ("train", "validation", "test")
 _PATH_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -97,18 +97,20 @@ class OrsEpisode:
 
     def remember(self, task_id: str, call: asyncio.Task[str] | str) -> None:
         """Keep a call (running, or its result) for replay; once it finishes only its result is kept."""
-        self.calls[task_id] = call
-        while len(self.calls) > KEPT_RESULTS:
-            self.calls.popitem(last=False)
+        calls = self.calls
+        calls[task_id] = call
+        if len(calls) > KEPT_RESULTS:
+            calls.popitem(last=False)
+        if isinstance(call, str):
+            return
 
         def finished(done: asyncio.Task[str]) -> None:
-            if task_id in self.calls:
-                self.calls[task_id] = _outcome(done)
-        if not isinstance(call, str):
-            call.add_done_callback(finished)
+            if task_id in calls:
+                calls[task_id] = _outcome(done)
+        call.add_done_callback(finished)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EventStream:
     """An answer of server-sent events: all of it at once (`text`), or as a running call yields it (`pieces`)."""
 

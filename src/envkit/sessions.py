@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, Protocol
 
 from pydantic import BaseModel
 
@@ -84,7 +84,7 @@ class Session:
         self.close_socket = close_socket
         #: `end()` gives the pool slot back (detached sessions); else whoever opened the session does.
         self.owns_slot = owns_slot
-        self._lock: asyncio.Lock | None = None
+        self._turns: _Turns | None = None
         #: Sends a WebSocket ping: given by transports whose keepalive the pool runs; None where the transport pings.
         self.ping = ping
         self.last_active = time.monotonic()
@@ -138,15 +138,16 @@ class Session:
     async def state(self) -> Any:
         return await self.run(getattr, self.env, "state")
 
-    async def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Any:
-        return await self.run(getattr(self.env, spec.name), **arguments)
+    def call_tool(self, spec: ToolSpec, arguments: dict[str, Any]) -> Coroutine[Any, Any, Any]:
+        """Run tool `spec` with checked `arguments` (await the result)."""
+        return self.run(getattr(self.env, spec.name), **arguments)
 
-    def in_use(self) -> _InUse:
+    def in_use(self) -> _Turns:
         """Serve one request of a detached session (`async with session.in_use():`): requests run one at a time,
-        and the reaper sees it busy."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return _InUse(self, self._lock)
+        in the order they came, and the reaper sees the session busy."""
+        if self._turns is None:
+            self._turns = _Turns(self)
+        return self._turns
 
     def pong_received(self) -> None:
         self.pong_due = None
@@ -186,24 +187,67 @@ class Session:
             closed.set_result(None)
 
 
-class _InUse:
-    """`Session.in_use()`: the session's lock held, and the session busy, for one request."""
+class _Ready:
+    """An awaitable that is done at once (for an async context manager that need not wait)."""
 
-    __slots__ = ("session", "lock")
+    __slots__ = ()
 
-    def __init__(self, session: Session, lock: asyncio.Lock) -> None:
+    def __await__(self) -> Iterator[None]:
+        return iter(())
+
+
+_READY = _Ready()
+
+
+class _Turns:
+    """`Session.in_use()`: a detached session's requests one at a time, in the order they came, the session busy
+    meanwhile. It keeps `asyncio.Lock`'s contract (first come, first served; a request cancelled while it waits
+    leaves no trace, and one cancelled as its turn came passes the turn on), and takes a request that finds the
+    session free, as nearly every one does, without creating a coroutine."""
+
+    __slots__ = ("session", "held", "waiting")
+
+    def __init__(self, session: Session) -> None:
         self.session = session
-        self.lock = lock
+        self.held = False
+        self.waiting: deque[asyncio.Future[None]] = deque()
 
-    async def __aenter__(self) -> None:
-        await self.lock.acquire()
+    def __aenter__(self) -> Awaitable[None]:
+        if self.held or self.waiting:
+            return self._wait_turn()
+        self.held = True
         self.session.busy = True
+        return _READY
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def __aexit__(self, *exc_info: object) -> Awaitable[None]:
         session = self.session
         session.busy = False
         session.last_active = time.monotonic()
-        self.lock.release()
+        self._pass_on()
+        return _READY
+
+    async def _wait_turn(self) -> None:
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():   # the turn came as this request was cancelled: pass it on
+                self._pass_on()
+            else:
+                with contextlib.suppress(ValueError):
+                    self.waiting.remove(turn)
+            raise
+        self.session.busy = True
+
+    def _pass_on(self) -> None:
+        """Hand the session to the longest-waiting request, or free it."""
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.held = False
 
 
 class SessionPool:
