@@ -10,7 +10,7 @@ directly, the access policy's yes with nothing to add), and runs the surface's c
 `data_received` until it finishes or first waits; one that waits (a slot, the session's previous
 call, a worker thread) goes on in a task, and the connection's next request waits its turn
 behind it, as uvicorn queues pipelined requests. The response bytes are uvicorn's: its status
-line, its default headers (`date`, `server`), then the surface's.
+line, its default headers (`date`, `server`), then the surface's; so is the access log line.
 
 Everything else takes uvicorn's path: other paths, `HEAD`, HTTP/1.0, `Connection: close`,
 `Expect: 100-continue`, chunked bodies, bodies over the surface's limit, query strings, requests
@@ -128,7 +128,12 @@ class ExchangeAtOnce(Exchange):
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         self.started = True
-        content = [STATUS_LINE[status], _default_headers(self.protocol.server_state.default_headers)]
+        protocol = self.protocol
+        if protocol.access_log:   # uvicorn's access log line, as its cycle writes it when the response starts
+            client = protocol.client
+            protocol.access_logger.info('%s - "%s %s HTTP/%s" %d', "%s:%d" % client if client else "", self.method,
+                                        self.path, "1.1", status)
+        content = [STATUS_LINE[status], _default_headers(protocol.server_state.default_headers)]
         for name, value in headers:
             content.extend((name, b": ", value, b"\r\n"))
         if not self.keep_alive:
