@@ -8,6 +8,7 @@ else is replaced.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import time
 from typing import Any, Iterator
@@ -38,6 +39,22 @@ class NappingCounter(CounterEnvironment):
         """
         time.sleep(seconds)
         return f"slept {seconds}"
+
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("test_mark", default="unset")
+
+
+class MarkingCounter(CounterEnvironment):
+    """A counter answered inline whose tool sets a context variable, as instrumented code does."""
+
+    RUN_INLINE = True
+
+    @tool
+    def mark(self) -> str:
+        """Set a context variable and say what it was before."""
+        before = MARK.get()
+        MARK.set("set by an earlier call")
+        return before
 
 
 def echo_app(**settings: Any) -> Any:
@@ -262,3 +279,14 @@ def test_a_refused_or_cross_origin_request_takes_the_access_layer_path(answered_
         assert answered_at_once == []
         assert http.post("/mcp", content=ping, headers={"x-api-key": "k"}).json()["result"] == {}
     assert answered_at_once == ["/mcp"]
+
+
+def test_each_call_answered_at_once_runs_in_a_context_of_its_own(answered_at_once: list[str]) -> None:
+    """A context variable set while one call is answered is not seen by the next, as with a task per request."""
+    app = create_app(MarkingCounter, CounterAction, CounterObservation, max_concurrent_envs=2)
+    with running_server(app) as url, httpx.Client(base_url=url, trust_env=False) as http:
+        episode = open_episode(http)
+        seen = [http.post("/mcp", content=mcp_call("mark", episode_id=episode)).json()["result"]["content"][0]["text"]
+                for _ in range(3)]
+    assert seen == ["unset"] * 3
+    assert answered_at_once.count("/mcp") == 4

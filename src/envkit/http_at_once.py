@@ -20,6 +20,7 @@ limits (they read the client address in a context variable set per request).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
 
@@ -157,10 +158,14 @@ class ExchangeAtOnce(Exchange):
     # -- running the surface ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Run the surface's answer now, as far as it goes without waiting; a task finishes it if it must wait."""
+        """Run the surface's answer now, as far as it goes without waiting; a task finishes it if it must wait.
+
+        It runs in a context of its own, as a request's task would: context variables that the surface or the
+        environment set stay with this request."""
         answer = self.endpoint.answer(self)
+        context = contextvars.copy_context()
         try:
-            finished, waiting_on = first_step(answer)
+            finished, waiting_on = context.run(first_step, answer)
         except Exception as error:   # a server bug: uvicorn's answer to an app that raised
             self._failed(error)
             return
@@ -169,7 +174,7 @@ class ExchangeAtOnce(Exchange):
             return
         protocol = self.protocol
         protocol.cycle = self   # the connection's next request waits behind this one
-        task = protocol.loop.create_task(self._resume(answer, waiting_on))
+        task = protocol.loop.create_task(self._resume(answer, waiting_on), context=context)
         task.add_done_callback(protocol.tasks.discard)
         protocol.tasks.add(task)
 
