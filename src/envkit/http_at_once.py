@@ -71,17 +71,17 @@ class ExchangeAtOnce(Exchange):
     """One request answered by its surface from the protocol's callback; while its answer waits, it is the
     connection's current request (uvicorn's `cycle`), so that requests behind it wait their turn."""
 
-    __slots__ = ("protocol", "endpoint", "method", "path", "headers", "chunks", "started", "response_complete",
+    __slots__ = ("protocol", "endpoint", "method", "path", "raw_headers", "chunks", "started", "response_complete",
                  "disconnected", "keep_alive")
     message_event = _NoEvent()
 
     def __init__(self, protocol: Any, endpoint: ExchangeEndpoint, method: str, path: str,
-                 headers: list[tuple[bytes, bytes]]) -> None:
+                 raw_headers: list[tuple[bytes, bytes]]) -> None:
         self.protocol = protocol
         self.endpoint = endpoint
         self.method = method
         self.path = path
-        self.headers = headers
+        self.raw_headers = raw_headers
         self.chunks: list[bytes] = []
         self.started = False            # the response head is written
         self.response_complete = False
@@ -89,12 +89,6 @@ class ExchangeAtOnce(Exchange):
         self.keep_alive = True          # cleared by uvicorn's graceful shutdown while this answer waits
 
     # -- the request --------------------------------------------------------------------------
-
-    def header(self, name: bytes) -> str | None:
-        for key, value in self.headers:
-            if key == name:
-                return value.decode("latin-1")
-        return None
 
     async def body(self, limit: int) -> bytes:
         body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)

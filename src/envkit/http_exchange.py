@@ -52,11 +52,16 @@ class RawHeaders:
         self.raw = raw
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        key = name.encode("latin-1")
-        for found, value in self.raw:
-            if found == key:
-                return value.decode("latin-1")
-        return default
+        value = _header_value(self.raw, name.encode("latin-1"))
+        return default if value is None else value
+
+
+def _header_value(raw: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The value of the first header `name` (lower-case bytes) in `raw`, an ASGI scope's list, or None."""
+    for key, value in raw:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 class Exchange(ABC):
@@ -66,9 +71,12 @@ class Exchange(ABC):
     method: str
     path: str
 
-    @abstractmethod
+    #: The request's headers, lower-case names, as an ASGI scope lists them.
+    raw_headers: list[tuple[bytes, bytes]]
+
     def header(self, name: bytes) -> str | None:
         """The value of header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
+        return _header_value(self.raw_headers, name)
 
     @abstractmethod
     async def body(self, limit: int) -> bytes:
@@ -108,7 +116,7 @@ class ExchangeEndpoint(ABC):
 class HttpExchange(Exchange):
     """An `Exchange` over ASGI: the request's scope, `receive` and `send`."""
 
-    __slots__ = ("scope", "receive", "send", "method", "path")
+    __slots__ = ("scope", "receive", "send", "method", "path", "raw_headers")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -116,12 +124,7 @@ class HttpExchange(Exchange):
         self.send = send
         self.method = scope["method"]
         self.path = scope["path"]
-
-    def header(self, name: bytes) -> str | None:
-        for key, value in self.scope["headers"]:
-            if key == name:
-                return value.decode("latin-1")
-        return None
+        self.raw_headers = scope["headers"]
 
     async def body(self, limit: int) -> bytes:
         declared = self.header(b"content-length")
