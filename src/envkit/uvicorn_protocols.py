@@ -31,6 +31,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
+from websockets.frames import Frame, Opcode
 
 from .app import HANDSHAKE_TIMEOUT_S
 from .inline_answers import InlineAnswers
@@ -38,6 +39,7 @@ from .metrics import ServerMetrics
 from .protocol import CloseCode, Features
 from .quiet_log import TransportLog
 from .sessions import Session
+from .ws_frames import BINARY, PING, PONG, TEXT, FrameReader, between_frames, server_frame
 from .ws_handler import INLINE_FRAMES, SessionHandler
 
 try:
@@ -238,7 +240,9 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
     A connection's handshake offers `answer_inline` to the app (the scope extension `INLINE_FRAMES`);
     once `SessionHandler` takes it, each message goes straight to the session's `InlineAnswers`
     instead of through the ASGI queue and a task switch to the app, and each reply is written at once.
-    Disconnects and closes still reach the app through the queue.
+    From then on the connection's everyday frames are read and written by `envkit.ws_frames` rather than
+    websockets (unless an extension was negotiated); websockets gets every other frame, from the first
+    one on. Disconnects and closes still reach the app through the queue.
     """
 
     metrics: ServerMetrics | None = None
@@ -247,6 +251,7 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
         super().__init__(*args, **kwargs)
         self.logger = TransportLog(self.logger, self.metrics, UVICORN_LOG_RULES)  # type: ignore[assignment]
         self.inline: InlineAnswers | None = None
+        self.frame_reader: FrameReader | None = None
 
     def handle_parser_exception(self) -> None:
         sent = self.conn.close_sent
@@ -268,7 +273,47 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
         self.inline = answers = _InlineOverUvicorn(self, handler, session, features)
         if not self.writable.is_set():
             answers.pause_writing()
+        conn = self.conn
+        if not conn.extensions and not self.close_sent and between_frames(conn):
+            sizes = [size for size in (conn.max_message_size, conn.max_fragment_size) if size is not None]
+            self.frame_reader = FrameReader(min(sizes, default=None), self.on_frame, self.read_through_websockets)
         return answers
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.frame_reader
+        if reader is None:
+            super().data_received(data)
+        elif self.close_sent:   # past the close: websockets reads on until the client's close frame
+            self.read_through_websockets(reader.pending + data)
+        else:
+            reader.feed(data)
+
+    def read_through_websockets(self, data: bytes) -> None:
+        """Hand the connection back to websockets from `data` on (`FrameReader`'s `hand_over`)."""
+        self.frame_reader = None
+        if data:
+            super().data_received(data)
+
+    def on_frame(self, first_byte: int, payload: bytes) -> bool:
+        """One frame read by `FrameReader`; False once websockets must read the rest."""
+        if self.close_sent or self.transport.is_closing():
+            return False
+        answers = self.inline
+        assert answers is not None
+        if first_byte == TEXT:
+            try:
+                text = payload.decode()
+            except UnicodeDecodeError:
+                self.close_invalid_utf8()
+                return False
+            answers.on_message(text)
+        elif first_byte == BINARY:
+            answers.on_message(payload)
+        elif first_byte == PING:
+            self.transport.write(server_frame(PONG, payload))
+        else:
+            self.handle_pong(Frame(Opcode.PONG, payload))
+        return True
 
     def send_receive_event_to_app(self) -> None:
         answers = self.inline
@@ -284,17 +329,24 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
             try:
                 text = data.decode()
             except UnicodeDecodeError:
-                self.logger.exception("Invalid UTF-8 sequence received from client.")
-                self.conn.send_close(1007)
-                self.handle_parser_exception()
+                self.close_invalid_utf8()
                 return
             answers.on_message(text)
         else:
             answers.on_message(data)
 
+    def close_invalid_utf8(self) -> None:
+        """A text message that is not UTF-8: close 1007, as uvicorn does."""
+        self.logger.exception("Invalid UTF-8 sequence received from client.")
+        self.conn.send_close(1007)
+        self.handle_parser_exception()
+
     def send_text_now(self, text: str) -> None:
         """Write one text frame at once (a reply answered inline); nothing once the connection is closing."""
         if self.close_sent or self.transport.is_closing():
+            return
+        if self.frame_reader is not None:   # websockets has seen nothing past the handshake: the connection is open
+            self.transport.write(server_frame(TEXT, text.encode()))
             return
         try:
             self.conn.send_text(text.encode())
