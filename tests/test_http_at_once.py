@@ -290,3 +290,29 @@ def test_each_call_answered_at_once_runs_in_a_context_of_its_own(answered_at_onc
                 for _ in range(3)]
     assert seen == ["unset"] * 3
     assert answered_at_once.count("/mcp") == 4
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes `sock` within `seconds` (it sends nothing meanwhile)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/health"])   # answered at once, and through uvicorn's cycle
+def test_a_kept_alive_connection_is_closed_once_idle_for_the_keep_alive_timeout(connect: Any, path: str) -> None:
+    """The keep-alive timer is armed once per idle spell (`uvicorn_protocols._KeepAliveTimer`): a connection busy for
+    longer than the timeout stays open, and is closed the timeout after its last response."""
+    with running_server(echo_app(), timeout_keep_alive=1) as url:
+        sock, buffer = connect(url), bytearray()
+        request = (post(path, orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})) if path == "/mcp"
+                   else b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:   # 2.5 timeouts' worth of requests, 0.4 s apart
+            sock.sendall(request)
+            assert read_response(sock, buffer)[0] == b"HTTP/1.1 200 OK"
+            time.sleep(0.4)
+        assert not closed_within(sock, 0.3)   # last response 0.4 + 0.3 s ago
+        assert closed_within(sock, 1.5)

@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from .http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_headers
+from .http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_head_lines
 from .inline_answers import Resumed, first_step
 
 __all__ = ["AnsweredAtOnce", "ExchangeAtOnce"]
@@ -102,16 +102,15 @@ class ExchangeAtOnce(Exchange):
                       headers: Iterable[tuple[str, str]] = ()) -> None:
         if self.started:
             return
-        self._write(self._head(status, response_headers(status, body, content_type, headers)) + body)
+        self._write(self._head(status, response_head_lines(status, body, content_type, headers)) + body)
         self._complete()
 
     async def stream(self, status: int, content_type: str, pieces: AsyncIterator[bytes],
                      headers: Iterable[tuple[str, str]] = ()) -> None:
         if self.started:
             return
-        raw = response_headers(status, None, content_type, headers)
-        raw.append((b"transfer-encoding", b"chunked"))
-        self._write(self._head(status, raw))
+        self._write(self._head(status, response_head_lines(status, None, content_type, headers)
+                               + b"transfer-encoding: chunked\r\n"))
         flow = self.protocol.flow
         async for piece in pieces:
             if flow.write_paused and not self.protocol.transport.is_closing():
@@ -121,20 +120,16 @@ class ExchangeAtOnce(Exchange):
         self._write(b"0\r\n\r\n")
         self._complete()
 
-    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+    def _head(self, status: int, lines: bytes) -> bytes:
+        """The response head: uvicorn's status line and default headers, then the response's own `lines`."""
         self.started = True
         protocol = self.protocol
         if protocol.access_log:   # uvicorn's access log line, as its cycle writes it when the response starts
             client = protocol.client
             protocol.access_logger.info('%s - "%s %s HTTP/%s" %d', "%s:%d" % client if client else "", self.method,
                                         self.path, "1.1", status)
-        content = [STATUS_LINE[status], _default_headers(protocol.server_state.default_headers)]
-        for name, value in headers:
-            content.extend((name, b": ", value, b"\r\n"))
-        if not self.keep_alive:
-            content.append(_CLOSE)
-        content.append(b"\r\n")
-        return b"".join(content)
+        head = STATUS_LINE[status] + _default_headers(protocol.server_state.default_headers) + lines
+        return head + b"\r\n" if self.keep_alive else head + _CLOSE + b"\r\n"
 
     def _write(self, data: bytes) -> None:
         transport = self.protocol.transport
@@ -191,8 +186,7 @@ class ExchangeAtOnce(Exchange):
             self.response_complete = True
             return
         self.keep_alive = False
-        self._write(self._head(500, [(b"content-type", b"text/plain; charset=utf-8"),
-                                     (b"content-length", b"%d" % len(_INTERNAL_ERROR))]) + _INTERNAL_ERROR)
+        self._write(self._head(500, response_head_lines(500, _INTERNAL_ERROR, "text/plain", ())) + _INTERNAL_ERROR)
         self._complete()
 
 

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from .protocol import to_json
 
 __all__ = ["Exchange", "ExchangeEndpoint", "HttpExchange", "RawHeaders", "BodyTooLarge", "ClientGone", "respond",
-           "response_headers", "JSON", "EVENT_STREAM"]
+           "response_headers", "response_head_lines", "JSON", "EVENT_STREAM"]
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -178,6 +178,24 @@ def response_headers(status: int, body: bytes | None, content_type: str | None,
     if body is not None and status >= 200 and status not in (204, 304):   # these have no body, and so no length
         raw.append((b"content-length", str(len(body)).encode()))
     return raw
+
+
+def response_head_lines(status: int, body: bytes | None, content_type: str | None,
+                        headers: Iterable[tuple[str, str]]) -> bytes:
+    """`response_headers` as the lines of a response head (`name: value\r\n` each); for constant headers (a
+    tuple) all but the length is made once."""
+    if type(headers) is tuple:
+        lines = _constant_lines(content_type, headers)
+    else:
+        lines = b"".join(b"%s: %s\r\n" % pair for pair in response_headers(status, None, content_type, headers))
+    if body is not None and status >= 200 and status not in (204, 304):
+        lines += b"content-length: %d\r\n" % len(body)
+    return lines
+
+
+@functools.lru_cache(maxsize=64)
+def _constant_lines(content_type: str | None, headers: tuple[tuple[str, str], ...]) -> bytes:
+    return b"".join(b"%s: %s\r\n" % pair for pair in response_headers(200, None, content_type, headers))
 
 
 async def respond(send: Send, status: int, body: bytes, content_type: str | None = None,

@@ -137,9 +137,13 @@ class ToolSpec:
     returns: str | None
     arguments_model: type[BaseModel]
     _validate: Callable[[Any], BaseModel] = field(init=False, repr=False, compare=False)
+    #: (argument name, the arguments model's field for it), in the method's order.
+    _fields: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_validate", validator_for(self.arguments_model))
+        object.__setattr__(self, "_fields", tuple((name, f"arg{index}")
+                                                  for index, name in enumerate(self.parameters["properties"])))
 
     def schema(self) -> dict[str, Any]:
         """The function-calling schema, `{"type": "function", "function": {...}}`."""
@@ -156,7 +160,7 @@ class ToolSpec:
         that any name a Python method takes (`model_config`, `_private`, `json`) reaches the tool.
         """
         values = self._validate(arguments).__dict__
-        return {name: values[f"arg{index}"] for index, name in enumerate(self.parameters["properties"])}
+        return {name: values[model_field] for name, model_field in self._fields}
 
 
 def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> ToolSpec:

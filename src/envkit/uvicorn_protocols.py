@@ -191,6 +191,61 @@ class _LimitedHeads:
             self.transport.close()
 
 
+class _KeepAliveTimer:
+    """Mixin for uvicorn's httptools protocol: its keep-alive timeout (a kept-alive connection idle for
+    `timeout_keep_alive` after a response is closed) with one timer per idle spell instead of one per request.
+
+    uvicorn cancels its timer as each request's bytes arrive and arms a new one after each response (a
+    `TimerHandle` made and unmade per request). Here the timer stays armed: a request marks the connection busy,
+    and a timer that comes due while the connection is busy does nothing (the response arms one again), or,
+    while it has been idle for less than the timeout, waits out the rest."""
+
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    server_state: Any
+    flow: Any
+    pipeline: Any
+    timeout_keep_alive: float
+    timeout_keep_alive_task: asyncio.TimerHandle | None
+
+    _idle_since: float | None = None   # when the last response was written, while no request has begun since
+
+    def _unset_keepalive_if_required(self) -> None:   # uvicorn calls it as a request begins: busy from now
+        self._idle_since = None
+
+    def on_response_complete(self) -> None:
+        # uvicorn's own, but for the keep-alive timer
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)  # type: ignore[attr-defined]
+            return
+        self._idle_since = now = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_at(now + self.timeout_keep_alive, self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if since is None:
+            return
+        due = since + self.timeout_keep_alive
+        if due > self.loop.time():
+            self.timeout_keep_alive_task = self.loop.call_at(due, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)  # type: ignore[misc]
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+
+
 class _HeadWithBody:
     """A connection's transport as one response cycle writes to it: the head of a response with a
     `content-length` is held back until its body, so that a whole response leaves in one write (one system
@@ -390,9 +445,10 @@ class _InlineOverUvicorn(InlineAnswers):
 def protocol_classes(limits: HeadLimits) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
     """uvicorn's `http` and `ws` protocol classes for one server: httptools (h11 without it) and websockets.
 
-    With httptools, requests to `/mcp` and ORS are answered without an ASGI cycle (`envkit.http_at_once`)."""
+    With httptools, requests to `/mcp` and ORS are answered without an ASGI cycle (`envkit.http_at_once`), and the
+    keep-alive timeout takes one timer per idle spell (`_KeepAliveTimer`)."""
     if HttpToolsProtocol is not None:
-        bases: tuple[type, ...] = (_LimitedHeads, AnsweredAtOnce, HttpToolsProtocol)
+        bases: tuple[type, ...] = (_LimitedHeads, AnsweredAtOnce, _KeepAliveTimer, HttpToolsProtocol)
     else:
         bases = (_LimitedHeads, H11Protocol)
     http = type(f"Limited{bases[-1].__name__}", bases, {"limits": limits})

@@ -55,8 +55,10 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         return EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0)
 
     def step(self, action: EchoAction) -> EchoObservation:
+        return self._echo(action.message)
+
+    def _echo(self, message: str) -> EchoObservation:
         self._step_count += 1
-        message = action.message
         self._echoed.append(message)
         return EchoObservation(echoed_message=message, message_length=len(message),
                                reward=len(message) * REWARD_PER_CHARACTER,
@@ -78,7 +80,7 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         Args:
             message: The message to echo.
         """
-        return self.step(EchoAction(message=message))
+        return self._echo(message)   # the same as a step; the message was validated as the tool's argument
 
     @tool
     def echo_message(self, message: str) -> str:
