@@ -48,6 +48,26 @@ def read_head(sock: socket.socket) -> bytes:
     return data
 
 
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    """`size` bytes from `sock`, and nothing after them."""
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, f"the server closed the connection after {len(data)} of {size} bytes"
+        data += chunk
+    return data
+
+
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    """The next frame from the server (unmasked): its first byte (FIN and opcode) and its payload."""
+    first, size = read_exactly(sock, 2)
+    if size == 126:
+        size = int.from_bytes(read_exactly(sock, 2), "big")
+    elif size == 127:
+        size = int.from_bytes(read_exactly(sock, 8), "big")
+    return first, read_exactly(sock, size)
+
+
 def read_response(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection."""
     chunks = []

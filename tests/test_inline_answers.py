@@ -68,15 +68,7 @@ class InlineCounter(Environment[Add, Total, State]):
 
 
 def read_frames(sock: Any, count: int) -> list[dict[str, Any]]:
-    reader = sock.makefile("rb")
-    replies = []
-    for _ in range(count):
-        head = reader.read(2)
-        size = head[1] & 0x7F
-        if size == 126:
-            size = int.from_bytes(reader.read(2), "big")
-        replies.append(json.loads(reader.read(size)))
-    return replies
+    return [json.loads(raw_ws.read_frame(sock)[1]) for _ in range(count)]
 
 
 def test_frames_after_one_that_waits_are_answered_after_it_in_order(transport: str) -> None:

@@ -135,19 +135,11 @@ def echo_app() -> Any:
     return create_app(target.env_class, target.action_cls, target.observation_cls, max_concurrent_envs=8)
 
 
-def read_server_frame(sock: socket.socket) -> tuple[int, bytes]:
-    reader = sock.makefile("rb")
-    first, size = reader.read(2)
-    if size == 126:
-        size = int.from_bytes(reader.read(2), "big")
-    return first, reader.read(size)
-
-
 def ask(sock: socket.socket, message: dict[str, Any], *, piecewise: bool = False) -> dict[str, Any]:
     frame = raw_ws.frame(json.dumps(message).encode())
     for piece in ([frame[index:index + 1] for index in range(len(frame))] if piecewise else [frame]):
         sock.sendall(piece)
-    first, payload = read_server_frame(sock)
+    first, payload = raw_ws.read_frame(sock)
     assert first == TEXT
     return json.loads(payload)
 
@@ -164,7 +156,7 @@ def test_an_open_connection_is_read_directly_byte_by_byte_with_pings_answered() 
         assert ask(sock, {"type": "reset"}, piecewise=True)["type"] == "observation"
         assert direct_readers(), "the connection's frames are not read by envkit.ws_frames"
         sock.sendall(raw_ws.frame(b"are you there", 0x9))
-        assert read_server_frame(sock) == (PONG, b"are you there")
+        assert raw_ws.read_frame(sock) == (PONG, b"are you there")
         reply = ask(sock, {"type": "step", "data": {"message": "bytewise"}}, piecewise=True)
         assert reply["data"]["observation"]["echoed_message"] == "bytewise"
 
@@ -174,10 +166,10 @@ def test_after_a_fragmented_message_websockets_reads_on_and_the_session_carries_
         ask(sock, {"type": "reset"})
         message = json.dumps({"type": "step", "data": {"message": "in pieces"}}).encode()
         sock.sendall(raw_ws.frame(message[:10], 0x1, fin=False) + raw_ws.frame(message[10:], 0x0))
-        assert json.loads(read_server_frame(sock)[1])["data"]["observation"]["echoed_message"] == "in pieces"
+        assert json.loads(raw_ws.read_frame(sock)[1])["data"]["observation"]["echoed_message"] == "in pieces"
         assert not direct_readers()
         sock.sendall(raw_ws.frame(b"still there?", 0x9))
-        assert read_server_frame(sock) == (PONG, b"still there?")
+        assert raw_ws.read_frame(sock) == (PONG, b"still there?")
         reply = ask(sock, {"type": "step", "data": {"message": "after"}})
         assert reply["data"]["observation"]["echoed_message"] == "after"
 
@@ -187,7 +179,7 @@ def test_invalid_utf8_read_directly_closes_1007_and_the_server_carries_on() -> N
         with raw_ws.open_websocket(url) as sock:
             ask(sock, {"type": "reset"})
             sock.sendall(raw_ws.frame(b"\xff\xfe not UTF-8"))
-            first, payload = read_server_frame(sock)
+            first, payload = raw_ws.read_frame(sock)
             assert first == 0x88 and int.from_bytes(payload[:2], "big") == 1007
         with raw_ws.open_websocket(url) as other:
             assert ask(other, {"type": "reset"})["type"] == "observation"

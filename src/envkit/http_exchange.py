@@ -175,27 +175,32 @@ def response_headers(status: int, body: bytes | None, content_type: str | None,
         raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
     if content_type is not None:
         raw.append((b"content-type", _with_charset(content_type)))
-    if body is not None and status >= 200 and status not in (204, 304):   # these have no body, and so no length
+    if _has_length(status, body):
         raw.append((b"content-length", str(len(body)).encode()))
     return raw
+
+
+def _has_length(status: int, body: bytes | None) -> bool:
+    """Whether a response says its length: a whole `body` (not a stream), and not 1xx, 204 or 304 (they have none)."""
+    return body is not None and status >= 200 and status not in (204, 304)
 
 
 def response_head_lines(status: int, body: bytes | None, content_type: str | None,
                         headers: Iterable[tuple[str, str]]) -> bytes:
     """`response_headers` as the lines of a response head (`name: value\r\n` each); for constant headers (a
     tuple) all but the length is made once."""
-    if type(headers) is tuple:
-        lines = _constant_lines(content_type, headers)
-    else:
-        lines = b"".join(b"%s: %s\r\n" % pair for pair in response_headers(status, None, content_type, headers))
-    if body is not None and status >= 200 and status not in (204, 304):
+    lines = _constant_lines(content_type, headers) if type(headers) is tuple else _lines(content_type, headers)
+    if _has_length(status, body):
         lines += b"content-length: %d\r\n" % len(body)
     return lines
 
 
-@functools.lru_cache(maxsize=64)
-def _constant_lines(content_type: str | None, headers: tuple[tuple[str, str], ...]) -> bytes:
+def _lines(content_type: str | None, headers: Iterable[tuple[str, str]]) -> bytes:
+    """A response's own headers but its length, as head lines (no body given: the status does not matter)."""
     return b"".join(b"%s: %s\r\n" % pair for pair in response_headers(200, None, content_type, headers))
+
+
+_constant_lines = functools.lru_cache(maxsize=64)(_lines)
 
 
 async def respond(send: Send, status: int, body: bytes, content_type: str | None = None,
