@@ -6,6 +6,7 @@ Real servers on 127.0.0.1 (both transports), raw WebSocket clients and `EnvClien
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import httpx
 import pytest
@@ -105,3 +106,32 @@ def test_an_environment_without_metrics_sends_none_even_when_asked(counter_url: 
         sock.send(json.dumps({"type": "reset"}))
         reply = json.loads(sock.recv(timeout=10))["data"]
     assert "text" in reply and "metrics" not in reply
+
+
+def test_echo_metrics_and_an_endless_episode_holds_constant_memory() -> None:
+    """Echo's episodes never end, so its metrics must not keep every message: 20,000 more steps add no memory."""
+    target = resolve_target("echo")
+    env, EchoAction = target.env_class(), target.action_cls
+    env.reset(message="hello")
+    env.step(EchoAction(message="hi"))
+    assert env.episode_metrics() == {"echoed": 0, "characters": 2}
+    env.echo("hello")
+    assert env.episode_metrics() == {"echoed": 1, "characters": 7}
+    env.echo("something else")
+    assert env.episode_metrics() == {"echoed": 1, "characters": 21}   # once echoed, it stays echoed
+    env.reset()
+    assert env.episode_metrics() == {"echoed": 0, "characters": 0}
+
+    messages = [f"message {index}" for index in range(20_200)]   # made before measuring: only the env's own memory counts
+    tracemalloc.start()
+    try:
+        for message in messages[:200]:
+            env.echo(message)
+        before, _ = tracemalloc.get_traced_memory()
+        for message in messages[200:]:
+            env.echo(message)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert after - before < 4096, f"{after - before} bytes more after 20,000 steps"
+    assert env.episode_metrics()["characters"] == sum(len(message) for message in messages)

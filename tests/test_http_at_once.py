@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 import socket
 import time
 from typing import Any, Iterator
@@ -21,7 +22,7 @@ import envkit.http_at_once as at_once
 from envkit import create_app, tool
 from envkit.mcp import McpEndpoint
 from envkit.serving import resolve_target
-from envkit.testing import running_server
+from envkit.testing import ServedProcess, running_server
 from envkit.uvicorn_protocols import HeadLimits
 
 from sample_envs import CounterAction, CounterEnvironment, CounterObservation
@@ -316,3 +317,20 @@ def test_a_kept_alive_connection_is_closed_once_idle_for_the_keep_alive_timeout(
             time.sleep(0.4)
         assert not closed_within(sock, 0.3)   # last response 0.4 + 0.3 s ago
         assert closed_within(sock, 1.5)
+
+
+@pytest.mark.parametrize("level", ["info", "warning"])
+def test_a_request_answered_at_once_gets_uvicorns_access_log_line_when_it_is_logged(level: str) -> None:
+    """`envkit serve --log-level info` logs an MCP call answered at once as uvicorn logs any request; at `warning`,
+    no access line is made at all."""
+    with ServedProcess("echo", "--log-level", level) as served:
+        reply = httpx.post(served.url + "/mcp", trust_env=False,
+                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "reset"}})
+        assert reply.status_code == 200 and reply.json()["result"]["isError"] is False
+        httpx.get(served.url + "/health", trust_env=False)   # through uvicorn's cycle: its line comes after the first
+        served.terminate()
+    lines = [line for line in served.output if '"POST /mcp HTTP/1.1" 200' in line or '"GET /health' in line]
+    if level == "info":
+        assert len(lines) == 2 and re.search(r'127\.0\.0\.1:\d+ - "POST /mcp HTTP/1\.1" 200', lines[0]), lines
+    else:
+        assert lines == []

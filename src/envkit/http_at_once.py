@@ -124,7 +124,8 @@ class ExchangeAtOnce(Exchange):
         """The response head: uvicorn's status line and default headers, then the response's own `lines`."""
         self.started = True
         protocol = self.protocol
-        if protocol.access_log:   # uvicorn's access log line, as its cycle writes it when the response starts
+        # uvicorn's access log line, as its cycle writes it when the response starts (made only if it will be logged)
+        if protocol.access_log and protocol.access_logger.isEnabledFor(logging.INFO):
             client = protocol.client
             protocol.access_logger.info('%s - "%s %s HTTP/%s" %d', "%s:%d" % client if client else "", self.method,
                                         self.path, "1.1", status)
@@ -246,7 +247,8 @@ class AnsweredAtOnce:
     def _exchange_at_once(self) -> ExchangeAtOnce | None:
         """An exchange for the request whose head was just read, if it may be answered at once."""
         find, url, parser = self._surface_at_once, self.url, self.parser
-        if (find is None or b"?" in url or b"%" in url or not url.isascii() or not url.startswith(b"/")
+        # `find`, not `in`: `b"?" in url` first tries b"?" as an integer, raising and clearing a TypeError each time
+        if (find is None or url.find(b"?") >= 0 or url.find(b"%") >= 0 or not url.isascii() or not url.startswith(b"/")
                 or self.expect_100_continue or self.flow.write_paused or self.limit_concurrency is not None):
             return None
         cycle = self.cycle

@@ -44,14 +44,17 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
         self._episode_id: str | None = None
         self._step_count = 0
         self._target: str | None = None
-        self._echoed: list[str] = []
+        # What the episode's metrics need, not every message: an episode never ends, so its memory must not grow.
+        self._echoed_target = False
+        self._characters = 0
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
         self._episode_id = episode_id or uuid.uuid4().hex
         self._step_count = 0
         message = kwargs.get("message")
         self._target = message if isinstance(message, str) else None
-        self._echoed = []
+        self._echoed_target = False
+        self._characters = 0
         return EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0)
 
     def step(self, action: EchoAction) -> EchoObservation:
@@ -59,7 +62,9 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     def _echo(self, message: str) -> EchoObservation:
         self._step_count += 1
-        self._echoed.append(message)
+        self._characters += len(message)
+        if message == self._target:
+            self._echoed_target = True
         return EchoObservation(echoed_message=message, message_length=len(message),
                                reward=len(message) * REWARD_PER_CHARACTER,
                                metadata={"original_message": message, "step": self._step_count})
@@ -70,8 +75,7 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     def episode_metrics(self) -> dict[str, float]:
         """Whether an echo repeated the task's message, and how many characters were echoed."""
-        return {"echoed": int(self._target is not None and self._target in self._echoed),
-                "characters": sum(len(message) for message in self._echoed)}
+        return {"echoed": int(self._echoed_target), "characters": self._characters}
 
     @tool
     def echo(self, message: str) -> EchoObservation:
