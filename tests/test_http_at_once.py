@@ -282,6 +282,35 @@ def test_a_refused_or_cross_origin_request_takes_the_access_layer_path(answered_
     assert answered_at_once == ["/mcp"]
 
 
+def test_a_connection_whose_requests_change_their_key_host_or_path_is_judged_afresh(answered_at_once: list[str],
+                                                                                   connect: Any) -> None:
+    """A kept-alive connection repeating an admitted request is not asked about again (`AnsweredAtOnce._surface_for`),
+    but any change to its target or headers is: a wrong or missing key, another Host, another surface."""
+    ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+
+    def request(path: str, host: bytes, key: bytes | None) -> bytes:
+        key_line = b"x-api-key: %s\r\n" % key if key is not None else b""
+        return (b"POST %s HTTP/1.1\r\nhost: %s\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (path.encode(), host, key_line, len(ping), ping))
+
+    with running_server(echo_app(api_keys=["k"])) as url:
+        sock, buffer = connect(url), bytearray()
+        port = url.rsplit(":", 1)[1].encode()
+        host = b"127.0.0.1:" + port
+        expected = [(("/mcp", host, b"k"), b"200"), (("/mcp", host, b"wrong"), b"401"), (("/mcp", host, None), b"401"),
+                    (("/mcp", b"evil.example", b"k"), b"403"), (("/mcp", host, b"k"), b"200"),
+                    (("/call", host, b"k"), b"400"), (("/mcp", host, b"k"), b"200")]
+        for (path, host_header, key), status in expected:
+            sock.sendall(request(path, host_header, key))
+            status_line, _, body = read_response(sock, buffer)
+            assert status_line.split(b" ")[1] == status, (path, host_header, key, body)
+            if path == "/call":   # the ORS surface answered, not the MCP one the previous request went to
+                assert orjson.loads(body)["reason"] == "input_validation" and b"X-Session-ID" in body
+            elif status == b"200":
+                assert orjson.loads(body)["result"] == {}
+    assert answered_at_once == ["/mcp", "/mcp", "/call", "/mcp"]
+
+
 def test_each_call_answered_at_once_runs_in_a_context_of_its_own(answered_at_once: list[str]) -> None:
     """A context variable set while one call is answered is not seen by the next, as with a task per request."""
     app = create_app(MarkingCounter, CounterAction, CounterObservation, max_concurrent_envs=2)

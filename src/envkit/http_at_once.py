@@ -209,6 +209,10 @@ class AnsweredAtOnce:
         super().__init__(*args, **kwargs)
         self._surface_at_once: SurfaceFinder | None = getattr(self.app, "surface_at_once", None)
         self._at_once: ExchangeAtOnce | None = None
+        # The last request handed to a surface, as its target and every header but its length, and that surface: a
+        # connection's calls usually repeat both, and the app's answer depends on nothing else (see `_surface_for`).
+        self._last_request: list[Any] = []
+        self._last_surface: ExchangeEndpoint | None = None
 
     def on_message_begin(self) -> None:
         # uvicorn builds the request's ASGI scope here; a request answered at once needs none, so it is built only
@@ -258,16 +262,32 @@ class AnsweredAtOnce:
         if (method not in _METHODS or parser.get_http_version() != "1.1" or not parser.should_keep_alive()
                 or parser.should_upgrade()):
             return None
-        length = 0
-        for name, value in self.headers:
+        length, request = 0, [url]
+        for header in self.headers:
+            name = header[0]
             if name == b"content-length":
-                if not value.isdigit():
+                if not header[1].isdigit():
                     return None
-                length = int(value)
+                length = int(header[1])
             elif name == b"transfer-encoding":
                 return None
-        method_name, path = method.decode(), url.decode()
-        endpoint = find(path, self.headers, self.server[0] if self.server else None)
+            else:
+                request.append(header)
+        path = url.decode()
+        endpoint = self._surface_for(request, find, path)
         if endpoint is None or length > endpoint.max_body_bytes:
             return None
-        return ExchangeAtOnce(self, endpoint, method_name, path, self.headers)
+        return ExchangeAtOnce(self, endpoint, method.decode(), path, self.headers)
+
+    def _surface_for(self, request: list[Any], find: SurfaceFinder, path: str) -> ExchangeEndpoint | None:
+        """The app's surface for a request (`request`: its target, then its headers but `content-length`), or None.
+
+        The app decides from the path, the headers (`Host`, `Origin`, the API key) and its own settings, which do not
+        change while it serves; so a request that repeats the connection's last admitted one gets the same surface
+        without asking again."""
+        if request == self._last_request:
+            return self._last_surface
+        endpoint = find(path, self.headers, self.server[0] if self.server else None)
+        if endpoint is not None:
+            self._last_request, self._last_surface = request, endpoint
+        return endpoint
