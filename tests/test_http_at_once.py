@@ -285,13 +285,14 @@ def test_a_refused_or_cross_origin_request_takes_the_access_layer_path(answered_
 def test_a_connection_whose_requests_change_their_key_host_or_path_is_judged_afresh(answered_at_once: list[str],
                                                                                    connect: Any) -> None:
     """A kept-alive connection repeating an admitted request is not asked about again (`AnsweredAtOnce._surface_for`),
-    but any change to its target or headers is: a wrong or missing key, another Host, another surface."""
+    but any change to its request line or headers is: a wrong or missing key, another Host, another surface, another
+    method, HTTP/1.0 (which uvicorn answers, closing the connection after)."""
     ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
 
-    def request(path: str, host: bytes, key: bytes | None) -> bytes:
+    def request(path: str, host: bytes, key: bytes | None, line: bytes = b"POST %s HTTP/1.1") -> bytes:
         key_line = b"x-api-key: %s\r\n" % key if key is not None else b""
-        return (b"POST %s HTTP/1.1\r\nhost: %s\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                % (path.encode(), host, key_line, len(ping), ping))
+        headers = b"host: %s\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n" % (host, key_line, len(ping))
+        return line % path.encode() + b"\r\n" + headers + b"\r\n" + ping
 
     with running_server(echo_app(api_keys=["k"])) as url:
         sock, buffer = connect(url), bytearray()
@@ -308,7 +309,13 @@ def test_a_connection_whose_requests_change_their_key_host_or_path_is_judged_afr
                 assert orjson.loads(body)["reason"] == "input_validation" and b"X-Session-ID" in body
             elif status == b"200":
                 assert orjson.loads(body)["result"] == {}
-    assert answered_at_once == ["/mcp", "/mcp", "/call", "/mcp"]
+        sock.sendall(request("/mcp", host, b"k", b"GET %s HTTP/1.1"))   # the same headers, another method
+        assert read_response(sock, buffer)[0] == b"HTTP/1.1 405 Method Not Allowed"
+        sock.sendall(request("/mcp", host, b"k", b"POST %s HTTP/1.0"))
+        status_line, headers, body = read_response(sock, buffer)
+        assert status_line.split(b" ")[1] == b"200" and headers[b"connection"] == b"close"
+        assert orjson.loads(body)["result"] == {}
+    assert answered_at_once == ["/mcp", "/mcp", "/call", "/mcp", "/mcp"]
 
 
 def test_each_call_answered_at_once_runs_in_a_context_of_its_own(answered_at_once: list[str]) -> None:

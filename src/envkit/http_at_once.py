@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from .http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_head_lines
-from .inline_answers import Resumed, first_step
+from .inline_answers import Resumed
 
 __all__ = ["AnsweredAtOnce", "ExchangeAtOnce"]
 
@@ -155,12 +155,12 @@ class ExchangeAtOnce(Exchange):
         answer = self.endpoint.answer(self)
         context = contextvars.copy_context()
         try:
-            finished, waiting_on = context.run(first_step, answer)
+            waiting_on = context.run(answer.send, None)   # as `inline_answers.first_step`, without its call
+        except StopIteration:
+            self._returned()
+            return
         except Exception as error:   # a server bug: uvicorn's answer to an app that raised
             self._failed(error)
-            return
-        if finished:
-            self._returned()
             return
         protocol = self.protocol
         protocol.cycle = self   # the connection's next request waits behind this one
@@ -209,8 +209,8 @@ class AnsweredAtOnce:
         super().__init__(*args, **kwargs)
         self._surface_at_once: SurfaceFinder | None = getattr(self.app, "surface_at_once", None)
         self._at_once: ExchangeAtOnce | None = None
-        # The last request handed to a surface, as its target and every header but its length, and that surface: a
-        # connection's calls usually repeat both, and the app's answer depends on nothing else (see `_surface_for`).
+        # The last request handed to a surface (its request line and every header but its length) and that surface:
+        # a connection's calls usually repeat both, and the answer depends on nothing else (see `_surface_for`).
         self._last_request: list[Any] = []
         self._last_surface: ExchangeEndpoint | None = None
 
@@ -250,19 +250,14 @@ class AnsweredAtOnce:
 
     def _exchange_at_once(self) -> ExchangeAtOnce | None:
         """An exchange for the request whose head was just read, if it may be answered at once."""
-        find, url, parser = self._surface_at_once, self.url, self.parser
-        # `find`, not `in`: `b"?" in url` first tries b"?" as an integer, raising and clearing a TypeError each time
-        if (find is None or url.find(b"?") >= 0 or url.find(b"%") >= 0 or not url.isascii() or not url.startswith(b"/")
-                or self.expect_100_continue or self.flow.write_paused or self.limit_concurrency is not None):
+        if (self._surface_at_once is None or self.expect_100_continue or self.flow.write_paused
+                or self.limit_concurrency is not None):
             return None
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:   # pipelined behind a request still being answered
             return None
-        method = parser.get_method()
-        if (method not in _METHODS or parser.get_http_version() != "1.1" or not parser.should_keep_alive()
-                or parser.should_upgrade()):
-            return None
-        length, request = 0, [url]
+        method, url = self.parser.get_method(), self.url
+        length, request = 0, [method, self.parser.get_http_version(), url]
         for header in self.headers:
             name = header[0]
             if name == b"content-length":
@@ -273,21 +268,28 @@ class AnsweredAtOnce:
                 return None
             else:
                 request.append(header)
-        path = url.decode()
-        endpoint = self._surface_for(request, find, path)
+        endpoint = self._surface_for(request)
         if endpoint is None or length > endpoint.max_body_bytes:
             return None
-        return ExchangeAtOnce(self, endpoint, method.decode(), path, self.headers)
+        return ExchangeAtOnce(self, endpoint, method.decode(), url.decode(), self.headers)
 
-    def _surface_for(self, request: list[Any], find: SurfaceFinder, path: str) -> ExchangeEndpoint | None:
-        """The app's surface for a request (`request`: its target, then its headers but `content-length`), or None.
+    def _surface_for(self, request: list[Any]) -> ExchangeEndpoint | None:
+        """The surface that answers a plain request at once, or None. `request`: its method, HTTP version and target,
+        then its headers but `content-length`.
 
-        The app decides from the path, the headers (`Host`, `Origin`, the API key) and its own settings, which do not
-        change while it serves; so a request that repeats the connection's last admitted one gets the same surface
-        without asking again."""
+        Whether a request is plain (HTTP/1.1, kept alive, no upgrade, a target with no query or escapes) and what the
+        app answers (from the path, the `Host`, `Origin` and API key headers, and its own settings, which do not
+        change while it serves) follow from `request` alone; so a request that repeats the connection's last
+        admitted one gets the same surface without asking again."""
         if request == self._last_request:
             return self._last_surface
-        endpoint = find(path, self.headers, self.server[0] if self.server else None)
+        method, version, url = request[0], request[1], request[2]
+        parser = self.parser
+        # `find`, not `in`: `b"?" in url` first tries b"?" as an integer, raising and clearing a TypeError each time
+        if (method not in _METHODS or version != "1.1" or not parser.should_keep_alive() or parser.should_upgrade()
+                or url.find(b"?") >= 0 or url.find(b"%") >= 0 or not url.isascii() or not url.startswith(b"/")):
+            return None
+        endpoint = self._surface_at_once(url.decode(), self.headers, self.server[0] if self.server else None)
         if endpoint is not None:
             self._last_request, self._last_surface = request, endpoint
         return endpoint

@@ -42,41 +42,43 @@ class ClientGone(Exception):
     """The client disconnected before its request body arrived: there is no one to answer."""
 
 
-class RawHeaders:
-    """An ASGI scope's headers looked up by lower-case name, without building a mapping (most requests ask for a
-    few headers, several of them absent)."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self.raw = raw
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        value = _header_value(self.raw, name.encode("latin-1"))
-        return default if value is None else value
-
-
-def _header_value(raw: list[tuple[bytes, bytes]], name: bytes) -> str | None:
-    """The value of the first header `name` (lower-case bytes) in `raw`, an ASGI scope's list, or None."""
-    for key, value in raw:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-class Exchange(ABC):
-    """One HTTP request to a surface and the means to answer it once: what every carrier of requests provides."""
+class HeaderList:
+    """Headers looked up by lower-case name in an ASGI scope's list (`raw_headers`), without building a mapping
+    (most requests ask for a few headers, several of them absent)."""
 
     __slots__ = ()
-    method: str
-    path: str
 
     #: The request's headers, lower-case names, as an ASGI scope lists them.
     raw_headers: list[tuple[bytes, bytes]]
 
     def header(self, name: bytes) -> str | None:
-        """The value of header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
-        return _header_value(self.raw_headers, name)
+        """The value of the first header `name` (lower-case bytes, e.g. `b"accept"`), or None."""
+        for key, value in self.raw_headers:
+            if key == name:
+                return value.decode("latin-1")
+        return None
+
+
+class RawHeaders(HeaderList):
+    """An ASGI scope's headers with `get(name)` (a `str` name), as the access layer reads them."""
+
+    __slots__ = ("raw_headers",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.raw_headers = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self.header(name.encode("latin-1"))
+        return default if value is None else value
+
+
+class Exchange(HeaderList, ABC):
+    """One HTTP request to a surface and the means to answer it once: what every carrier of requests provides
+    (its headers by `header(name)`)."""
+
+    __slots__ = ()
+    method: str
+    path: str
 
     @abstractmethod
     async def body(self, limit: int) -> bytes:

@@ -511,6 +511,8 @@ async def _while_running(task_id: str, running: asyncio.Task[str]) -> AsyncItera
 
 
 def _result_events(result: str) -> str:
+    if len(result) <= CHUNK_CHARS:   # nearly every result: one `end` event
+        return _event("end", result)
     pieces = _chunks(result)
     return "".join(_event("end" if index == len(pieces) - 1 else "chunk", piece) for index, piece in enumerate(pieces))
 

@@ -218,7 +218,8 @@ class _KeepAliveTimer:
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:   # the next request starts now: the connection stays busy
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Coroutine
 
 from ..environment import Environment
 from ..http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
@@ -48,15 +48,16 @@ class McpEndpoint(ExchangeEndpoint):
         self.max_body_bytes = handler.max_message_bytes
         self._mcp_sessions: OrderedDict[str, set[str]] = OrderedDict()
 
-    async def answer(self, exchange: Exchange) -> None:
-        """GET, POST and DELETE `/mcp` (the app's access layer has checked the key and the page's Origin already)."""
+    def answer(self, exchange: Exchange) -> Coroutine[Any, Any, None]:
+        """GET, POST and DELETE `/mcp` (the app's access layer has checked the key and the page's Origin already).
+
+        A plain method that returns the coroutine answering the request: one coroutine less per call."""
         if exchange.method == "POST":
-            await self._post(exchange)
-        elif exchange.method == "DELETE":
-            await self._delete(exchange)
-        else:
-            await exchange.respond_text(405, "this server sends nothing unasked: POST JSON-RPC requests to /mcp",
-                                        [("allow", "POST, DELETE")])
+            return self._post(exchange)
+        if exchange.method == "DELETE":
+            return self._delete(exchange)
+        return exchange.respond_text(405, "this server sends nothing unasked: POST JSON-RPC requests to /mcp",
+                                     [("allow", "POST, DELETE")])
 
     async def _post(self, exchange: Exchange) -> None:
         try:
@@ -138,12 +139,11 @@ def _track(owned: set[str], session: Session, pool: Any) -> None:
         owned.intersection_update({episode_id for episode_id in owned if pool.get(episode_id) is not None})
 
 
-async def _reply(exchange: Exchange, payload: dict[str, Any], *, status: int = 200,
-                 headers: list[tuple[str, str]] | None = None) -> None:
-    """`payload` as JSON, or as one server-sent event when the client accepts only an event stream."""
+def _reply(exchange: Exchange, payload: dict[str, Any], *, status: int = 200,
+           headers: list[tuple[str, str]] | None = None) -> Coroutine[Any, Any, None]:
+    """`payload` as JSON, or as one server-sent event when the client accepts only an event stream (await it)."""
     accept = exchange.header(b"accept") or ""
     body = to_json(payload)
     if EVENT_STREAM in accept and JSON not in accept and "*/*" not in accept:
-        await exchange.respond(status, b"event: message\ndata: " + body + b"\n\n", EVENT_STREAM, headers or ())
-    else:
-        await exchange.respond(status, body, JSON, headers or ())
+        return exchange.respond(status, b"event: message\ndata: " + body + b"\n\n", EVENT_STREAM, headers or ())
+    return exchange.respond(status, body, JSON, headers or ())

@@ -51,10 +51,7 @@ class Episodes:
     def __init__(self, handler: SessionHandler) -> None:
         self.handler = handler
         self.pool = handler.pool
-
-    @property
-    def tools(self) -> dict[str, ToolSpec]:
-        return self.handler.tools
+        self.tools: dict[str, ToolSpec] = handler.tools
 
     async def open(self) -> Session:
         """A new session holding a slot; raises `RpcError` (SERVER_ERROR) saying why none could be opened."""

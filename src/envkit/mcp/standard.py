@@ -62,6 +62,8 @@ class StandardDialect:
     async def answer(self, message: Message, *, track: Callable[[Session], None] | None = None) -> Any:
         """The result of one request; raises `RpcError`. `track` learns of each episode `reset` opens."""
         method, params = message.method, message.params
+        if method == "tools/call":   # nearly every request
+            return await self._call(params, track)
         if method == "initialize":
             return self._initialize(params)
         if method == "server/discover":
@@ -72,8 +74,6 @@ class StandardDialect:
             return {}
         if method == "tools/list":
             return {"tools": self.tool_listing}
-        if method == "tools/call":
-            return await self._call(params, track)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}; this server answers initialize, ping, "
                                          "tools/list, tools/call and server/discover")
 
