@@ -370,3 +370,67 @@ def test_a_request_answered_at_once_gets_uvicorns_access_log_line_when_it_is_log
         assert len(lines) == 2 and re.search(r'127\.0\.0\.1:\d+ - "POST /mcp HTTP/1\.1" 200', lines[0]), lines
     else:
         assert lines == []
+
+
+@pytest.fixture
+def repeats_taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the requests answered as repeats of a connection's last request (`_Repeat.exchange_for`)."""
+    taken: list[str] = []
+    exchange_for = at_once._Repeat.exchange_for
+
+    def counted(self: Any, protocol: Any, data: bytes) -> Any:
+        exchange = exchange_for(self, protocol, data)
+        if exchange is not None:
+            taken.append(exchange.path)
+        return exchange
+
+    monkeypatch.setattr(at_once._Repeat, "exchange_for", counted)
+    return taken
+
+
+def test_a_repeated_request_is_answered_without_the_parser_and_anything_else_with_it(repeats_taken: list[str],
+                                                                                   connect: Any) -> None:
+    """A read holding exactly one request whose head repeats the connection's last request answered at once (any
+    body length) skips httptools' callbacks (`_Repeat`); a head that differs in any byte, two requests in one read,
+    a request split over reads, a partial body and garbage after a request all go through the parser, and every
+    one is answered as it would be."""
+    with running_server(echo_app(max_message_bytes=4096)) as url, \
+            httpx.Client(base_url=url, trust_env=False) as http:
+        episode = open_episode(http)
+        sock, buffer = connect(url), bytearray()
+
+        def call(message: str, headers: bytes = b"") -> bytes:
+            return post("/mcp", mcp_call("echo", episode_id=episode, message=message), headers)
+
+        def echoed(expected: str) -> None:
+            status, _, body = read_response(sock, buffer)
+            assert status == b"HTTP/1.1 200 OK", body
+            assert orjson.loads(body)["result"]["structuredContent"]["data"]["observation"]["echoed_message"] == expected
+
+        for message in ("a", "bb" * 5, "c" * 200, "d" * 1000, ""):   # lengths of 1 to 4 digits: repeats each time
+            sock.sendall(call(message))
+            echoed(message)
+        assert len(repeats_taken) == 4   # the first taught the connection its request
+
+        sock.sendall(call("other header", b"accept: application/json\r\n"))   # another head: parsed, then repeated
+        echoed("other header")
+        sock.sendall(call("other header again", b"accept: application/json\r\n"))
+        echoed("other header again")
+        assert len(repeats_taken) == 5
+
+        sock.sendall(call("one") + call("two"))   # two requests in one read
+        echoed("one"), echoed("two")
+        request = call("split")
+        sock.sendall(request[:40])   # the head in pieces, then the body
+        time.sleep(0.05)
+        sock.sendall(request[40:-5])
+        time.sleep(0.05)
+        sock.sendall(request[-5:])
+        echoed("split")
+        sock.sendall(call("x" * 5000))   # over the surface's limit: uvicorn's path, then the surface's 413
+        assert read_response(sock, buffer)[0].split(b" ")[1] == b"413"
+        sock.sendall(call("after") + b"BLAH\r\n\r\n")   # a repeat, then garbage in the same read
+        echoed("after")
+        assert read_response(sock, buffer)[0].split(b" ")[1] == b"400"
+        assert len(repeats_taken) == 5
+        assert http.get("/health").status_code == 200   # the server carries on

@@ -12,6 +12,12 @@ call, a worker thread) goes on in a task, and the connection's next request wait
 behind it, as uvicorn queues pipelined requests. The response bytes are uvicorn's: its status
 line, its default headers (`date`, `server`), then the surface's; so is the access log line.
 
+A connection's calls repeat one request but for its body. Once a request has been answered at once, a
+read holding exactly one request whose head is the same bytes but for its `content-length` value is
+that request again (the same request line and headers, so the same verdicts from httptools, the head
+limits and the app), and is handed to its surface without httptools' callbacks (`_Repeat`); a read
+that holds anything else, or any other head, goes to the parser.
+
 Everything else takes uvicorn's path: other paths, `HEAD`, HTTP/1.0, `Connection: close`,
 `Expect: 100-continue`, chunked bodies, bodies over the surface's limit, query strings, requests
 the access layer refuses or must add CORS headers to, apps with middleware, per-client session
@@ -191,6 +197,64 @@ class ExchangeAtOnce(Exchange):
         self._complete()
 
 
+class _Repeat:
+    """A connection's last request answered at once, kept as the bytes of its head before and after its
+    `content-length` value, with what the protocol made of them.
+
+    A read that holds exactly one request whose head is these bytes again, with any length, is that request again
+    but for its body: the same request line and headers, so the same verdict from httptools, the head limits and
+    the app. `exchange_for` answers it without the parser's callbacks; anything else goes to the parser."""
+
+    __slots__ = ("before", "after", "raw_headers", "length_at", "endpoint", "method", "path")
+
+    def __init__(self, before: bytes, after: bytes, exchange: ExchangeAtOnce, length_at: int) -> None:
+        self.before, self.after = before, after
+        self.raw_headers, self.length_at = exchange.raw_headers, length_at
+        self.endpoint, self.method, self.path = exchange.endpoint, exchange.method, exchange.path
+
+    @classmethod
+    def of(cls, data: bytes, exchange: ExchangeAtOnce) -> _Repeat | None:
+        """`data`, one whole request just handed to `exchange`, as a repeat to look for; None if it will not do
+        (no single `content-length`, or more or less than the request in `data`)."""
+        head_end = data.find(b"\r\n\r\n") + 4
+        if head_end < 4 or head_end + sum(map(len, exchange.chunks)) != len(data):
+            return None
+        lowered = data[:head_end].lower()
+        name_at = lowered.find(b"\r\ncontent-length:")
+        if name_at < 0 or lowered.find(b"\r\ncontent-length:", name_at + 1) >= 0:
+            return None
+        value_at = name_at + 17
+        while data[value_at] in (0x20, 0x09):   # optional white space before the value
+            value_at += 1
+        value_end = data.index(b"\r\n", value_at)
+        length_at = [name for name, _ in exchange.raw_headers].index(b"content-length")
+        if not data[value_at:value_end].isdigit() or exchange.raw_headers[length_at][1] != data[value_at:value_end]:
+            return None
+        return cls(data[:value_at], data[value_end:head_end], exchange, length_at)
+
+    def exchange_for(self, protocol: Any, data: bytes) -> ExchangeAtOnce | None:
+        """An exchange for `data` if it is exactly one repeat of this request, else None."""
+        before = self.before
+        if not data.startswith(before):
+            return None
+        value_at = len(before)
+        value_end = data.find(b"\r\n", value_at, value_at + 12)
+        if value_end < 0:
+            return None
+        value = data[value_at:value_end]
+        if not value.isdigit() or not data.startswith(self.after, value_end):
+            return None
+        body_at = value_end + len(self.after)
+        if body_at + int(value) != len(data) or int(value) > self.endpoint.max_body_bytes:
+            return None
+        headers = self.raw_headers.copy()
+        headers[self.length_at] = (b"content-length", value)
+        exchange = ExchangeAtOnce(protocol, self.endpoint, self.method, self.path, headers)
+        if body_at < len(data):
+            exchange.chunks.append(data[body_at:])
+        return exchange
+
+
 class AnsweredAtOnce:
     """Mixin for uvicorn's httptools protocol: the requests `EnvkitApp.surface_at_once` names are answered by
     `ExchangeAtOnce`, every other request by uvicorn's cycle as before."""
@@ -213,10 +277,32 @@ class AnsweredAtOnce:
         # a connection's calls usually repeat both, and the answer depends on nothing else (see `_surface_for`).
         self._last_request: list[Any] = []
         self._last_surface: ExchangeEndpoint | None = None
+        self._repeat: _Repeat | None = None   # the last request answered at once, as bytes (`_Repeat`)
+        self._between_messages = True        # httptools' parser holds no part of a request
+        self._begun = 0                      # requests begun in the read being parsed
+        self._admitted: ExchangeAtOnce | None = None   # the last of them handed to a surface
+
+    def data_received(self, data: bytes) -> None:
+        repeat, cycle = self._repeat, self.cycle
+        if (repeat is not None and self._between_messages and (cycle is None or cycle.response_complete)
+                and not self.pipeline and not self.flow.write_paused):  # type: ignore[attr-defined]
+            exchange = repeat.exchange_for(self, data)
+            if exchange is not None:   # the last request again: what the parser's callbacks would do, without them
+                self._unset_keepalive_if_required()  # type: ignore[attr-defined]
+                self._head_done()  # type: ignore[attr-defined]
+                exchange.start()
+                return
+        between, self._begun, self._admitted = self._between_messages, 0, None
+        super().data_received(data)  # type: ignore[misc]
+        admitted = self._admitted
+        if between and self._begun == 1 and admitted is not None and self._between_messages:
+            self._repeat = _Repeat.of(data, admitted) or self._repeat
 
     def on_message_begin(self) -> None:
         # uvicorn builds the request's ASGI scope here; a request answered at once needs none, so it is built only
         # for one that takes uvicorn's path (`on_headers_complete`)
+        self._between_messages = False
+        self._begun += 1
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
@@ -225,7 +311,7 @@ class AnsweredAtOnce:
         self._unset_keepalive_if_required()  # type: ignore[attr-defined]  # no idle timeout under a request
         exchange = self._exchange_at_once()
         if exchange is not None:
-            self._at_once = exchange
+            self._at_once = self._admitted = exchange
             self._head_done()  # type: ignore[attr-defined]  # `uvicorn_protocols`: its head arrived in time
             return
         url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
@@ -241,6 +327,7 @@ class AnsweredAtOnce:
             self._at_once.chunks.append(body)
 
     def on_message_complete(self) -> None:
+        self._between_messages = True
         exchange = self._at_once
         if exchange is None:
             super().on_message_complete()  # type: ignore[misc]
