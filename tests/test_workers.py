@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -123,6 +124,35 @@ def test_workers_share_the_port_the_limit_and_health_and_survive_a_killed_worker
             with pytest.raises(SessionLostError) as caught:
                 client.step({"amount": 1})
             assert caught.value.close_code == 1001
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (an exited child not yet reaped is a zombie: not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+def test_workers_stop_when_the_supervisor_is_killed() -> None:
+    """A supervisor killed with SIGKILL cannot stop its workers; they stop by themselves, closing their sessions, and
+    nothing is left listening on the port."""
+    with ServedProcess(COUNTER, "--workers", "2", env=subprocess_env()) as served:
+        pids = [row["pid"] for row in health(served.url)["workers"]]
+        port = int(served.url.rsplit(":", 1)[1])
+        client = EnvClient(served.url).sync()
+        client.reset()
+        assert all(running(pid) for pid in pids)
+        served.kill()
+        wait_for(lambda: not any(running(pid) for pid in pids), timeout=15, what="the workers to stop")
+        with pytest.raises(SessionLostError) as lost:
+            client.step({"amount": 1})
+        assert lost.value.close_code == 1001   # its worker stopped as a server stops: the session closed, going away
+        client.close()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_sessions_spread_over_workers() -> None:

@@ -21,7 +21,9 @@ refused while any worker has room, and never admitted past the limit.
 A worker that dies is forked again into its row; only its own sessions are lost (their clients
 get `SessionLostError`, and connections it had not yet accepted are reset). SIGINT or SIGTERM to
 the supervisor stops every worker the way a single server stops: each session is closed with
-1001 and its environment closed.
+1001 and its environment closed. A supervisor that dies without stopping them (SIGKILL, the OOM
+killer) takes them with it: each worker is sent SIGTERM when it does (Linux's parent-death signal;
+elsewhere a worker looks for its parent once a second), so no worker is left holding the port.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -52,6 +55,8 @@ MAX_RESTART_PAUSE_S = 10.0
 LOCK_STUCK_S = 0.5
 #: Seconds to wait for workers to close their sessions on shutdown before killing them.
 STOP_TIMEOUT_S = 20.0
+#: Linux's `prctl` option that has the kernel signal a process when its parent exits.
+_PR_SET_PDEATHSIG = 1
 
 _FIELDS = ("pid", "active", "restarts", "ready")
 
@@ -175,16 +180,33 @@ class WorkerServer(EnvkitServer):
 
 
 def _run_worker(index: int, board: WorkerBoard, listener: socket.socket, make_app: Callable[[], Any],
-                log_level: str) -> None:
+                log_level: str, supervisor_pid: int) -> None:
     """A worker process's body: its own app, session pool and listening socket, counted on the board."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _stop_with(supervisor_pid)
     host, port = listener.getsockname()[:2]
     listener.close()   # the supervisor's: it only holds the address
     app = make_app()
     app.state.envkit_pool.shared_limit = _WorkerLimit(board, index)
     app.documents.health_views.append(board.health_view(index))
     WorkerServer(server_config(app, host, port, log_level=log_level), board, index).run()
+
+
+def _stop_with(supervisor_pid: int) -> None:
+    """SIGTERM to this worker (uvicorn's graceful stop) once the supervisor is gone, however it went."""
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+    if prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) == 0:
+        if os.getppid() != supervisor_pid:   # it died before the request was made
+            os.kill(os.getpid(), signal.SIGTERM)
+        return
+
+    def watch_parent() -> None:
+        while os.getppid() == supervisor_pid:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, name="envkit-supervisor-watch", daemon=True).start()
 
 
 class _Supervisor:
@@ -203,7 +225,7 @@ class _Supervisor:
     def start(self, index: int) -> None:
         context = multiprocessing.get_context("fork")
         process = context.Process(target=_run_worker, name=f"envkit-worker-{index}", daemon=False,
-                                  args=(index, self.board, self.listener, self.make_app, self.log_level))
+                                  args=(index, self.board, self.listener, self.make_app, self.log_level, os.getpid()))
         process.start()
         assert process.pid is not None
         self.board.started(index, process.pid)
