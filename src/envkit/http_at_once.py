@@ -227,8 +227,9 @@ class _Repeat:
         while data[value_at] in (0x20, 0x09):   # optional white space before the value
             value_at += 1
         value_end = data.index(b"\r\n", value_at)
+        value = data[value_at:value_end]
         length_at = [name for name, _ in exchange.raw_headers].index(b"content-length")
-        if not data[value_at:value_end].isdigit() or exchange.raw_headers[length_at][1] != data[value_at:value_end]:
+        if not value.isdigit() or exchange.raw_headers[length_at][1] != value:
             return None
         return cls(data[:value_at], data[value_end:head_end], exchange, length_at)
 
@@ -244,8 +245,8 @@ class _Repeat:
         value = data[value_at:value_end]
         if not value.isdigit() or not data.startswith(self.after, value_end):
             return None
-        body_at = value_end + len(self.after)
-        if body_at + int(value) != len(data) or int(value) > self.endpoint.max_body_bytes:
+        body_at, length = value_end + len(self.after), int(value)
+        if body_at + length != len(data) or length > self.endpoint.max_body_bytes:
             return None
         headers = self.raw_headers.copy()
         headers[self.length_at] = (b"content-length", value)
