@@ -5,7 +5,8 @@ Files in the output directory:
 
     metrics.jsonl      one JSON object per training step (written as the run goes)
     metrics.csv        the same table, written at the end
-    reward_curve.png   reward per step (mean ± std across the step's episodes), per reward function
+    reward_curve.png   reward per step (mean, a rolling mean, the 10th-90th percentile of the step's episodes),
+                       and on a second panel the share of completions holding a tool call that could not be parsed
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .binding import Tally
+from .rewards import UNPARSED_METRIC
 
-__all__ = ["RunReport", "Summary", "ZERO_SIGNAL_STEPS", "ZERO_SIGNAL_SHARE"]
+__all__ = ["RunReport", "Summary", "ZERO_SIGNAL_STEPS", "ZERO_SIGNAL_SHARE", "UNPARSED_STEPS", "UNPARSED_SHARE"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -34,6 +36,12 @@ ZERO_SIGNAL_STEPS = 3
 #: for every episode, or no scored episode at all.
 ZERO_SIGNAL_SHARE = 0.75
 
+#: A warning (once a run) when, over the last this-many steps, ...
+UNPARSED_STEPS = 3
+#: ... at least this share of completions held a tool call TRL could not parse (the policy drifting into text the
+#: trainer cannot read: no tool runs, so the episode earns nothing).
+UNPARSED_SHARE = 0.5
+
 #: TRL's log keys → the names in envkit's metrics files.
 _COLUMNS = {
     "reward": "reward",
@@ -41,6 +49,7 @@ _COLUMNS = {
     "tools/call_frequency": "tool_calls_per_episode",
     "tools/failure_frequency": "tool_failure_rate",
     "completions/mean_length": "completion_tokens",
+    UNPARSED_METRIC: "unparsed_tool_calls",
     "loss": "loss",
     "learning_rate": "learning_rate",
 }
@@ -65,6 +74,7 @@ class Summary:
     files: dict[str, str] = field(default_factory=dict)
     stopped: str | None = None
     no_signal: str | None = None
+    unparsed: str | None = None
     evaluation: list[Any] = field(default_factory=list)
 
     def table(self) -> str:
@@ -88,8 +98,9 @@ class Summary:
             lines.append(render_table(self.evaluation))
         for name, path in self.files.items():
             lines.append(f"{name}: {path}")
-        if self.no_signal:
-            lines.append(f"warning: {self.no_signal}")
+        for warning in (self.no_signal, self.unparsed):
+            if warning:
+                lines.append(f"warning: {warning}")
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}")
         return "\n".join(lines)
@@ -120,6 +131,9 @@ class RunReport(TrainerCallback):
         self.budget = budget
         self.episode_length = episode_length
         self.zero_signal: str | None = None
+        self.unparsed: str | None = None
+        #: Steps at which a warning fired, marked on the plot.
+        self.warned_at: list[tuple[int, str]] = []
         self.columns = {**_COLUMNS, **{f"rewards/{name}/mean": name for name in reward_names}}
         self.show = show
         self.stream = stream if stream is not None else sys.stderr
@@ -152,6 +166,9 @@ class RunReport(TrainerCallback):
             row["zero_std_groups"] = _number(logs["frac_reward_zero_std"])
         if "completions/clipped_ratio" in logs:
             row["clipped_ratio"] = _number(logs["completions/clipped_ratio"])
+        for key, column in (("reward/p10", "reward_p10"), ("reward/p90", "reward_p90")):
+            if key in logs:
+                row[column] = _number(logs[key])
         row.update(episodes_lost=self.tally.lost, step_seconds=round(now - self._last, 4),
                    env_seconds=round(self.tally.env_seconds - self._env_mark, 4))
         self._last, self._env_mark = now, self.tally.env_seconds
@@ -169,6 +186,36 @@ class RunReport(TrainerCallback):
             print(line, file=self.stream, flush=True)
         if len(self.rows) >= ZERO_SIGNAL_STEPS and self.zero_signal is None:
             self._check_signal(self.rows[-ZERO_SIGNAL_STEPS:])
+            if self.zero_signal is not None:
+                self.warned_at.append((row["step"], "no learning signal"))
+        if len(self.rows) >= UNPARSED_STEPS and self.unparsed is None:
+            self._check_unparsed(self.rows[-UNPARSED_STEPS:])
+
+    def _check_unparsed(self, window: list[dict[str, Any]]) -> None:
+        """Warn once when many completions of the last steps held a tool call TRL could not parse: the policy is
+        collapsing into text the trainer cannot read. Names what was seen and the likely causes."""
+        share = _mean(row.get("unparsed_tool_calls") for row in window)
+        if math.isnan(share) or share < UNPARSED_SHARE:
+            return
+        first, last = _mean(row.get("completion_tokens") for row in self.rows[:UNPARSED_STEPS]), \
+            _mean(row.get("completion_tokens") for row in window)
+        clipped = _mean(row.get("clipped_ratio") for row in window)
+        turns, tokens = self.budget or (None, None)
+        seen = [f"{share:.0%} of completions held a <tool_call> that could not be parsed (so no tool ran for it)"]
+        if not math.isnan(first) and not math.isnan(last):
+            seen.append(f"completions grew from {first:.0f} to {last:.0f} tokens")
+        if not math.isnan(clipped):
+            seen.append(f"{clipped:.0%} cut at {tokens} tokens" if tokens else f"{clipped:.0%} cut")
+        causes = ["a learning rate too high for the model (lower --learning-rate)",
+                  "a token budget that cuts tool calls mid-way (raise --max-completion-length)"
+                  if not math.isnan(clipped) and clipped >= 0.2 else
+                  "a token budget that leaves room for rambling (lower --max-completion-length)",
+                  "sampling too hot (lower --temperature)"]
+        steps = f"steps {window[0]['step']}-{window[-1]['step']}"
+        self.unparsed = (f"tool calls the trainer cannot parse: in {steps}, {'; '.join(seen)}. "
+                         f"Likely causes: {'; or '.join(causes)}.")
+        self.warned_at.append((window[-1]["step"], "unparsed tool calls"))
+        logger.warning("%s", self.unparsed)
 
     def _check_signal(self, window: list[dict[str, Any]]) -> None:
         """Warn once when most GRPO groups of the last steps had the same reward for every episode (or no scored
@@ -239,7 +286,8 @@ class RunReport(TrainerCallback):
             end={key: _mean(row.get(key) for row in self.rows[-window:]) for key in keys},
             episodes=self.tally.episodes, finished=self.tally.finished, lost=self.tally.lost,
             tool_calls=self.tally.tool_calls, tool_errors=dict(self.tally.error_codes),
-            lost_reasons=sorted(set(self.tally.lost_reasons)), files=files, stopped=stopped, no_signal=self.zero_signal)
+            lost_reasons=sorted(set(self.tally.lost_reasons)), files=files, stopped=stopped, no_signal=self.zero_signal,
+            unparsed=self.unparsed)
 
     def _write_csv(self) -> Path:
         path = self.output_dir / "metrics.csv"
@@ -260,27 +308,53 @@ class RunReport(TrainerCallback):
 
         path = self.output_dir / "reward_curve.png"
         steps = [row["step"] for row in self.rows]
-        mean = [math.nan if row["reward"] is None else row["reward"] for row in self.rows]
-        std = [row.get("reward_std") or 0.0 for row in self.rows]
-        figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
-        axes.plot(steps, mean, marker="o", label="reward (mean)")
-        axes.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
-                          [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2, label="± std")
+        mean = [_value(row.get("reward")) for row in self.rows]
+        figure, (axes, lower) = plt.subplots(2, 1, figsize=(7, 5.5), dpi=100, sharex=True,
+                                             gridspec_kw={"height_ratios": [3, 1]})
+        low = [_value(row.get("reward_p10")) for row in self.rows]
+        high = [_value(row.get("reward_p90")) for row in self.rows]
+        if any(not math.isnan(value) for value in low):
+            axes.fill_between(steps, low, high, alpha=0.2, label="10th-90th percentile of episodes")
+        axes.plot(steps, mean, marker="o", markersize=3, linewidth=1, alpha=0.6, label="reward (mean)")
+        axes.plot(steps, _rolling(mean, ROLLING_STEPS), linewidth=2.5,
+                  label=f"rolling mean ({ROLLING_STEPS} steps)")
         functions = [column for key, column in self.columns.items() if key.startswith("rewards/")]
         if len(functions) > 1:
             for name in functions:
-                values = [row.get(name) for row in self.rows]
-                axes.plot(steps, [math.nan if value is None else value for value in values], linestyle="--",
-                          label=name)
-        axes.set_xlabel("step")
+                axes.plot(steps, [_value(row.get(name)) for row in self.rows], linestyle="--", label=name)
+        for step, what in self.warned_at:
+            for panel in (axes, lower):
+                panel.axvline(step, color="tab:red", linestyle=":", linewidth=1.5)
+            axes.annotate(f"warning: {what}", (step, 1), xycoords=("data", "axes fraction"), color="tab:red",
+                          fontsize=8, ha="right", va="top", rotation=90)
         axes.set_ylabel("reward")
         axes.set_title("envkit train: reward per step")
         axes.grid(alpha=0.3)
-        axes.legend(loc="best")
+        axes.legend(loc="best", fontsize=8)
+        lower.plot(steps, [_value(row.get("unparsed_tool_calls")) for row in self.rows], color="tab:red",
+                   marker=".", label="completions with an unparsed tool call")
+        lower.set_ylim(0, 1)
+        lower.set_xlabel("step")
+        lower.set_ylabel("unparsed share")
+        lower.grid(alpha=0.3)
+        lower.legend(loc="upper left", fontsize=8)
         figure.tight_layout()
         figure.savefig(path)
         plt.close(figure)
         return path
+
+
+#: Steps in the rolling mean drawn over the per-step reward.
+ROLLING_STEPS = 5
+
+
+def _value(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _rolling(values: list[float], width: int) -> list[float]:
+    """The mean of each value and up to `width - 1` before it (NaNs left out)."""
+    return [_mean(values[max(0, index - width + 1): index + 1]) for index in range(len(values))]
 
 
 def _is_terminal(stream: Any) -> bool:

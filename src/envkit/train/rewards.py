@@ -37,9 +37,13 @@ from typing import Any
 from ..errors import ConfigurationError
 from .binding import ServedEnvironment
 
-__all__ = ["RewardChoice", "parse_reward", "reward_functions", "abandoned"]
+__all__ = ["RewardChoice", "parse_reward", "reward_functions", "abandoned", "has_unparsed_tool_call",
+           "UNPARSED_METRIC"]
 
 ENV_REWARD = "env"
+#: The share of a step's completions holding a tool call TRL could not parse (logged as a TRL metric).
+UNPARSED_METRIC = "tools/unparsed_share"
+TOOL_CALL_TAG = "<tool_call>"
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,23 @@ def abandoned(environment: ServedEnvironment) -> bool:
             and bool(environment.metadata.get("episode_length")))
 
 
+def has_unparsed_tool_call(completion: Any) -> bool:
+    """Whether a completion holds a `<tool_call>` TRL could not parse: TRL keeps a parsed call in `tool_calls`
+    and falls back to the raw text, tag included, for one it cannot read (so no tool runs for it)."""
+    if isinstance(completion, str):
+        return TOOL_CALL_TAG in completion
+    return any(isinstance(message, dict) and message.get("role") == "assistant"
+               and TOOL_CALL_TAG in str(message.get("content") or "") for message in completion)
+
+
+def _percentile(ordered: Sequence[float], share: float) -> float:
+    """The value at `share` of a sorted list, interpolated between neighbours."""
+    position = share * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
 def _masked(values: Sequence[float | None], environments: Sequence[ServedEnvironment]) -> list[float | None]:
     return [value if _scorable(item) else None for value, item in zip(values, environments, strict=True)]
 
@@ -185,8 +206,17 @@ def _counting_lost(function: Callable[..., Any], observe: Callable[[dict[str, An
     score as `function` does."""
 
     def log(kwargs: dict[str, Any]) -> None:
-        lost = sum(1 for item in kwargs["environments"] if item.episode is not None and item.episode.lost)
+        environments = kwargs["environments"]
+        lost = sum(1 for item in environments if item.episode is not None and item.episode.lost)
         kwargs["log_metric"]("episodes/lost", float(lost))
+        completions = kwargs.get("completions") or []
+        if completions:
+            unparsed = sum(1 for completion in completions if has_unparsed_tool_call(completion))
+            kwargs["log_metric"](UNPARSED_METRIC, unparsed / len(completions))
+        rewards = sorted(item.episode.reward for item in environments if _scorable(item))
+        if rewards:
+            kwargs["log_metric"]("reward/p10", _percentile(rewards, 0.1))
+            kwargs["log_metric"]("reward/p90", _percentile(rewards, 0.9))
         if observe is not None:
             observe(kwargs)
 
