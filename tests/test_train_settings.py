@@ -34,7 +34,7 @@ def test_tiny_defaults_make_the_short_cpu_run() -> None:
     settings = TrainSettings().resolved().fitted(None)   # echo declares no episode length
     assert (settings.env, settings.model, settings.max_steps, settings.batch_size, settings.num_generations) == (
         ["echo"], "tiny", 30, 16, 8)
-    assert settings.learning_rate == 2e-3 and settings.chat_kwargs() == {"enable_thinking": False}
+    assert settings.learning_rate == 1e-3 and settings.chat_kwargs() == {"enable_thinking": False}
     real = TrainSettings(model="Qwen/Qwen3-1.7B").resolved().fitted(None)
     assert (real.learning_rate, real.max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
 
@@ -152,7 +152,8 @@ def test_env_rewards_per_environment_and_lost_episodes_unscored() -> None:
     scores = [f(prompts=[], completions=[], environments=environments, log_metric=lambda *a: logged.append(a))
               for f in functions]
     assert scores == [[0.3, None, 1.0, None], [None, -1.0, None, None], [0.0, None, 1.0, None]]
-    assert logged == [("episodes/lost", 1.0)]
+    # the lost episode counted; the scored episodes' rewards (-1, 0.3, 1) give the step's 10th and 90th percentile
+    assert logged == [("episodes/lost", 1.0), ("reward/p10", pytest.approx(-0.74)), ("reward/p90", pytest.approx(0.86))]
 
 
 def test_user_reward_functions_are_imported_and_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
