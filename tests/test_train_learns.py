@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from test_train_fit import report_rows
 
 from envkit.train.binding import Tally
 from envkit.train.report import RunReport
@@ -69,13 +69,6 @@ def test_unparsed_tool_calls_are_recognised() -> None:
     assert not has_unparsed_tool_call(parsed) and has_unparsed_tool_call(raw)
     assert has_unparsed_tool_call([*parsed, {"role": "tool", "content": "x"}, *raw])
     assert has_unparsed_tool_call("text <tool_call> broken") and not has_unparsed_tool_call("Done.")
-
-
-def report_rows(report: RunReport, rows: list[dict[str, float]]) -> None:
-    args, control = SimpleNamespace(), SimpleNamespace()
-    report.on_train_begin(args, SimpleNamespace(global_step=0), control)
-    for step, logs in enumerate(rows, start=1):
-        report.on_log(args, SimpleNamespace(global_step=step), control, logs=logs)
 
 
 def test_a_collapse_into_unparsed_tool_calls_warns_once_and_is_plotted(tmp_path: Path,

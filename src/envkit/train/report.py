@@ -200,7 +200,7 @@ class RunReport(TrainerCallback):
         first, last = _mean(row.get("completion_tokens") for row in self.rows[:UNPARSED_STEPS]), \
             _mean(row.get("completion_tokens") for row in window)
         clipped = _mean(row.get("clipped_ratio") for row in window)
-        turns, tokens = self.budget or (None, None)
+        tokens = self.budget[1] if self.budget else None
         seen = [f"{share:.0%} of completions held a <tool_call> that could not be parsed (so no tool ran for it)"]
         if not math.isnan(first) and not math.isnan(last):
             seen.append(f"completions grew from {first:.0f} to {last:.0f} tokens")

@@ -213,7 +213,9 @@ def _counting_lost(function: Callable[..., Any], observe: Callable[[dict[str, An
         if completions:
             unparsed = sum(1 for completion in completions if has_unparsed_tool_call(completion))
             kwargs["log_metric"](UNPARSED_METRIC, unparsed / len(completions))
-        rewards = sorted(item.episode.reward for item in environments if _scorable(item))
+        # the environment's reward as `env` scores it (an abandoned episode at the lowest the environment declares)
+        scored = (_env_reward(item) for item in environments if _scorable(item))
+        rewards = sorted(reward for reward in scored if reward is not None)
         if rewards:
             kwargs["log_metric"]("reward/p10", _percentile(rewards, 0.1))
             kwargs["log_metric"]("reward/p90", _percentile(rewards, 0.9))
