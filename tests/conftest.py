@@ -47,6 +47,16 @@ def serve_args(transport: str) -> tuple[str, ...]:
     return ("--transport", transport)
 
 
+def needs_fast_path(name: str) -> None:
+    """Skip a test that watches the fast path `name` at work (`envkit.fast_paths`) where it is off: with
+    `ENVKIT_FAST_PATHS=0`, or where its start-up check found what it relies on changed."""
+    from envkit.fast_paths import fast_paths
+
+    paths = fast_paths()
+    if not getattr(paths, name):
+        pytest.skip(f"the {name} fast path is off here ({paths.describe()})")
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for server subprocesses: sample_envs importable."""
     path = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))

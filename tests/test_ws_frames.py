@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import raw_ws
+from conftest import needs_fast_path
 from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
@@ -152,6 +153,7 @@ def direct_readers() -> list[Any]:
 
 
 def test_an_open_connection_is_read_directly_byte_by_byte_with_pings_answered() -> None:
+    needs_fast_path("frames")
     with running_server(echo_app()) as url, raw_ws.open_websocket(url) as sock:
         assert ask(sock, {"type": "reset"}, piecewise=True)["type"] == "observation"
         assert direct_readers(), "the connection's frames are not read by envkit.ws_frames"

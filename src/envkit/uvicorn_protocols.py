@@ -19,6 +19,9 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
 Each refusal counts as bad client input in `ServerMetrics` (one WARNING per kind per minute), and
 what uvicorn itself logs about clients (invalid UTF-8, invalid HTTP, every accepted WebSocket)
 goes through `TransportLog` instead of producing tracebacks and a line per connection.
+
+The fast paths built on uvicorn's internals (answers at once, the keep-alive timer, whole-response writes,
+inline answers and `envkit.ws_frames`) are used only where `envkit.fast_paths` found them working at start-up.
 """
 
 from __future__ import annotations
@@ -34,23 +37,28 @@ from websockets.exceptions import InvalidState
 from websockets.frames import Frame, Opcode
 
 from .app import HANDSHAKE_TIMEOUT_S
+from .fast_paths import FastPaths, fast_paths
 from .inline_answers import InlineAnswers
 from .metrics import ServerMetrics
 from .protocol import CloseCode, Features
 from .quiet_log import TransportLog
 from .sessions import Session
-from .ws_frames import BINARY, PING, PONG, TEXT, FrameReader, between_frames, server_frame
+from .ws_frames import BINARY, PING, PONG, TEXT, FrameReader, between_frames, frame_size_limit, server_frame
 from .ws_handler import INLINE_FRAMES, SessionHandler
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
+except ImportError:   # httptools is not installed: uvicorn parses with h11
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+try:
     from .http_at_once import AnsweredAtOnce, ExchangeAtOnce
     #: Requests of a connection that are not uvicorn's cycles, and so write no response through `_HeadWithBody`.
     _ANSWERED_AT_ONCE: tuple[type, ...] = (ExchangeAtOnce,)
-except ImportError:   # httptools is not installed: uvicorn parses with h11
-    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+    AT_ONCE_IMPORT_ERROR: str | None = None
+except ImportError as error:   # no httptools, or its uvicorn module changed: the `at_once` fast path is off
+    AnsweredAtOnce = None  # type: ignore[assignment,misc]
     _ANSWERED_AT_ONCE = ()
+    AT_ONCE_IMPORT_ERROR = str(error)
 
 __all__ = ["HeadLimits", "protocol_classes", "MAX_HEAD_BYTES"]
 
@@ -91,6 +99,8 @@ class _LimitedHeads:
     """Mixin for uvicorn's HTTP protocols: the limits of `HeadLimits` on every request head."""
 
     limits: HeadLimits
+    #: Whether a response's head waits for its body (`_HeadWithBody`): part of the `at_once` fast path.
+    hold_heads: bool = False
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     cycle: Any
@@ -122,7 +132,7 @@ class _LimitedHeads:
                 return
         cycle = self.cycle
         super().data_received(data)  # type: ignore[misc]
-        if self.cycle is not cycle and not isinstance(self.cycle, _ANSWERED_AT_ONCE):
+        if self.hold_heads and self.cycle is not cycle and not isinstance(self.cycle, _ANSWERED_AT_ONCE):
             self.cycle.transport = _HeadWithBody(self.transport, self.cycle)   # its response head waits for the body
         if self._head_since is None:
             return
@@ -301,6 +311,9 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
     """
 
     metrics: ServerMetrics | None = None
+    #: The fast paths `inline` (offer `INLINE_FRAMES`) and `frames` (read frames with `FrameReader`).
+    inline_frames = False
+    read_frames = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -320,7 +333,7 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
-        if self.response.status_code == 101:
+        if self.inline_frames and self.response.status_code == 101:
             self.scope["extensions"][INLINE_FRAMES] = self.answer_inline  # type: ignore[index]
 
     def answer_inline(self, handler: SessionHandler, session: Session, features: Features) -> InlineAnswers:
@@ -329,9 +342,8 @@ class _QuietWebSocket(WebSocketsSansIOProtocol):
         if not self.writable.is_set():
             answers.pause_writing()
         conn = self.conn
-        if not conn.extensions and not self.close_sent and between_frames(conn):
-            sizes = [size for size in (conn.max_message_size, conn.max_fragment_size) if size is not None]
-            self.frame_reader = FrameReader(min(sizes, default=None), self.on_frame, self.read_through_websockets)
+        if self.read_frames and not conn.extensions and not self.close_sent and between_frames(conn):
+            self.frame_reader = FrameReader(frame_size_limit(conn), self.on_frame, self.read_through_websockets)
         return answers
 
     def data_received(self, data: bytes) -> None:
@@ -442,15 +454,23 @@ class _InlineOverUvicorn(InlineAnswers):
             transport.resume_reading()
 
 
-def protocol_classes(limits: HeadLimits) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
+def protocol_classes(limits: HeadLimits, paths: FastPaths | None = None
+                     ) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
     """uvicorn's `http` and `ws` protocol classes for one server: httptools (h11 without it) and websockets.
 
-    With httptools, requests to `/mcp` and ORS are answered without an ASGI cycle (`envkit.http_at_once`), and the
-    keep-alive timeout takes one timer per idle spell (`_KeepAliveTimer`)."""
-    if HttpToolsProtocol is not None:
-        bases: tuple[type, ...] = (_LimitedHeads, AnsweredAtOnce, _KeepAliveTimer, HttpToolsProtocol)
+    With the fast paths (`paths`, by default those `envkit.fast_paths` found working): requests to `/mcp` and ORS
+    are answered without an ASGI cycle (`envkit.http_at_once`), the keep-alive timeout takes one timer per idle
+    spell (`_KeepAliveTimer`), whole responses leave in one write (`_HeadWithBody`), and a `RUN_INLINE`
+    environment's frames are answered and read inside the WebSocket protocol (`_QuietWebSocket`)."""
+    paths = fast_paths() if paths is None else paths
+    if HttpToolsProtocol is None:
+        bases: tuple[type, ...] = (_LimitedHeads, H11Protocol)
+    elif paths.at_once and AnsweredAtOnce is not None:
+        bases = (_LimitedHeads, AnsweredAtOnce, _KeepAliveTimer, HttpToolsProtocol)
     else:
-        bases = (_LimitedHeads, H11Protocol)
-    http = type(f"Limited{bases[-1].__name__}", bases, {"limits": limits})
-    ws = type("QuietWebSocketsSansIOProtocol", (_QuietWebSocket,), {"metrics": limits.metrics})
+        bases = (_LimitedHeads, HttpToolsProtocol)
+    at_once = len(bases) == 4
+    http = type(f"Limited{bases[-1].__name__}", bases, {"limits": limits, "hold_heads": at_once})
+    ws = type("QuietWebSocketsSansIOProtocol", (_QuietWebSocket,),
+              {"metrics": limits.metrics, "inline_frames": paths.inline, "read_frames": paths.frames})
     return http, ws

@@ -10,7 +10,8 @@ which answers it exactly as it always did, and reads nothing more itself. `serve
 server's side (final, unmasked).
 
 It takes over only where websockets has nothing half-read (`between_frames`) and no extension such as
-permessage-deflate was negotiated.
+permessage-deflate was negotiated, and only where `envkit.fast_paths` found at start-up that websockets' parser,
+size limits and `apply_mask` behave as this module reads them (the `frames` fast path).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from websockets.frames import apply_mask
 from websockets.protocol import Protocol
 from websockets.streams import StreamReader
 
-__all__ = ["FrameReader", "server_frame", "between_frames", "TEXT", "BINARY", "PING", "PONG"]
+__all__ = ["FrameReader", "server_frame", "between_frames", "frame_size_limit", "TEXT", "BINARY", "PING", "PONG"]
 
 #: A frame's first byte for each kind `FrameReader` reads: FIN set, no reserved bits, the opcode.
 TEXT, BINARY, PING, PONG = 0x81, 0x82, 0x89, 0x8A
@@ -51,6 +52,12 @@ def between_frames(conn: Protocol) -> bool:
     while getattr(waiting, "gi_yieldfrom", None) is not None:
         waiting = waiting.gi_yieldfrom
     return getattr(waiting, "gi_code", None) is StreamReader.at_eof.__code__
+
+
+def frame_size_limit(conn: Protocol) -> int | None:
+    """The largest frame websockets would take on `conn`: the smaller of its message and fragment limits."""
+    sizes = [size for size in (conn.max_message_size, conn.max_fragment_size) if size is not None]
+    return min(sizes, default=None)
 
 
 class FrameReader:
