@@ -23,7 +23,7 @@ from .ws_frames import PING, PONG, TEXT, FrameReader, between_frames, frame_size
 from .ws_handler import INLINE_FRAMES
 
 __all__ = ["FastPathBroken", "check_frames", "check_websocket", "check_http", "masked", "MemoryTransport",
-           "connect_protocol", "run_until_idle"]
+           "connect_protocol", "probe_config", "run_until_idle"]
 
 _MASK = b"\x1f\x2e\x3d\x4c"
 #: The probes' protocols log nothing: what they are fed is not a client's. (Outside `logging`'s registry, which
@@ -54,22 +54,34 @@ def masked(first_byte: int, payload: bytes, mask: bytes = _MASK) -> bytes:
 
 
 class MemoryTransport(asyncio.Transport):
-    """A transport that keeps what is written to it."""
+    """A transport that keeps what is written to it. Like a socket's, once closed it takes writes until the loop's
+    next turn, then tells its protocol the connection is lost and drops them."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
+        self.loop = loop
         self.written = bytearray()
         self.closed = False
+        self.lost = False
         self.protocol: Any = None
 
     def write(self, data: bytes) -> None:  # type: ignore[override]
-        self.written += data
+        if not self.lost:
+            self.written += data
 
     def is_closing(self) -> bool:
         return self.closed
 
     def close(self) -> None:
-        self.closed = True
+        if not self.closed:
+            self.closed = True
+            self.loop.call_soon(self.lose)
+
+    def lose(self) -> None:
+        """The connection is gone (closed, or the peer left): the protocol is told, once."""
+        if not self.lost:
+            self.lost = True
+            self.protocol.connection_lost(None)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 40000)}.get(name, default)
@@ -103,17 +115,24 @@ def run_until_idle(loop: asyncio.AbstractEventLoop, turns: int = 20) -> None:
     loop.run_until_complete(turn())
 
 
-def connect_protocol(protocol_class: type, app: Any, loop: asyncio.AbstractEventLoop) -> tuple[Any, MemoryTransport]:
-    """A uvicorn protocol of `protocol_class` serving `app` on `loop`, connected to a `MemoryTransport`, logging
-    nothing."""
+def probe_config(app: Any) -> uvicorn.Config:
+    """uvicorn's settings for a probe serving `app`: no logging set-up, no lifespan, no pings."""
     config = uvicorn.Config(app, log_config=None, log_level=None, access_log=False, lifespan="off",
                             proxy_headers=False, ws_per_message_deflate=False, ws_ping_interval=None)
     config.load()
+    return config
+
+
+def connect_protocol(protocol_class: type, app: Any, loop: asyncio.AbstractEventLoop,
+                     config: uvicorn.Config | None = None) -> tuple[Any, MemoryTransport]:
+    """A uvicorn protocol of `protocol_class` serving `app` (with `config`, by default `probe_config(app)`) on `loop`,
+    connected to a `MemoryTransport`, logging nothing."""
+    config = probe_config(app) if config is None else config
     state = ServerState()
     state.default_headers = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
     protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)
     protocol.logger, protocol.access_log = _SILENT, False
-    transport = MemoryTransport()
+    transport = MemoryTransport(loop)
     transport.protocol = protocol
     protocol.connection_made(transport)
     if getattr(protocol, "conn", None) is not None:   # websockets' own protocol logs too
@@ -200,7 +219,7 @@ def check_websocket(*, read_frames: bool) -> None:
     protocol.data_received(masked(0x88, (1000).to_bytes(2, "big")))
     run_until_idle(loop)
     expect(transport.take().startswith(b"\x88\x02\x03\xe8"), "a close was not answered with 1000")
-    protocol.connection_lost(None)
+    transport.lose()
     run_until_idle(loop)
 
 
@@ -264,5 +283,5 @@ def check_http() -> None:
     expected = [b"cba", b"olleh", b"elcyc", b"dniheb", b"tilps", b"21", b"543"]
     written = _bodies(transport.take())
     expect(written == expected, f"responses {written!r}, expected {expected!r}")
-    protocol.connection_lost(None)
+    transport.lose()
     run_until_idle(loop)

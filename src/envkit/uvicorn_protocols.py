@@ -11,6 +11,8 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
   response on a kept-alive connection; past that the connection gets 408 and is closed (a kept-alive
   connection that sends nothing is closed by uvicorn's keep-alive timeout instead, 5 s by default);
 - a head may be `max_head_bytes` (64 KiB) long; past that the connection gets 431 and is closed;
+- a head that begins with two blank lines or more (`\r\n\r\n`: an empty request) gets 400 and the connection is
+  closed at once (httptools and h11 would wait on for a request line);
 - at most `max_pending_heads` connections may be waiting for their heads at once (a quarter of the
   process's file-descriptor limit); past that the oldest of them is closed with 503 if it has waited
   `min_evict_age_s` (1 s), so stalled handshakes never crowd out clients that complete theirs, while a
@@ -112,6 +114,7 @@ class _LimitedHeads:
         self._head_since: float | None = None   # when the wait for the next request head began; None: none awaited
         self._head_bytes = 0
         self._head_tail = b""   # the last bytes of the head so far, to find its end across reads
+        self._blank_lines: int | None = 0   # line ends before the awaited head's request line; None once it began
         self._head_timer: asyncio.TimerHandle | None = None   # set while the connection is in `limits.pending`
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -125,6 +128,10 @@ class _LimitedHeads:
 
     def data_received(self, data: bytes) -> None:
         if self._head_since is not None:
+            if self._blank_lines is not None and self._empty_request(data):
+                self._refuse(400, "Bad Request", "invalid_http", "an empty request: a blank line where a request "
+                             "line belongs")
+                return
             self._head_bytes += self._head_part(data)
             if self._head_bytes > self.limits.max_head_bytes:
                 self._refuse(431, "Request Header Fields Too Large", "handshake_too_big",
@@ -140,6 +147,15 @@ class _LimitedHeads:
             self._head_done()   # a request started, or the connection became a WebSocket
         elif self._head_timer is None and self._head_bytes:
             self._watch_head()   # part of a head came and the rest has not: it has until its deadline
+
+    def _empty_request(self, data: bytes) -> bool:
+        """Whether the awaited head began with two line ends or more (`\r\n\r\n`: an empty request). One is allowed
+        before a request line (RFC 9112, 2.2); httptools and h11 skip any number and wait on for a request."""
+        blank = self._blank_lines or 0
+        lead = len(data) - len(data.lstrip(b"\r\n"))
+        blank += data.count(b"\n", 0, lead)
+        self._blank_lines = blank if lead == len(data) else None
+        return blank >= 2
 
     def _head_part(self, data: bytes) -> int:
         """How many bytes of `data` belong to the request head: a body read with it is not the head's."""
@@ -163,7 +179,7 @@ class _LimitedHeads:
         """Wait for a request head from now. A kept-alive connection idles under uvicorn's keep-alive timeout, and is
         watched (`_watch_head`) once part of a head has come."""
         self._head_since = self.loop.time()
-        self._head_bytes, self._head_tail = 0, b""
+        self._head_bytes, self._head_tail, self._blank_lines = 0, b"", 0
 
     def _watch_head(self) -> None:
         """Time the awaited head out at its deadline, and count the connection among those waiting for heads."""
