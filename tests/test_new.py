@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import site
 import subprocess
@@ -19,7 +20,7 @@ from envkit.validate import read_front_matter
 EXPECTED_FILES = {
     ".dockerignore", ".gitignore", "Dockerfile", "README.md", "pyproject.toml",
     "demo_env/__init__.py", "demo_env/client.py", "demo_env/environment.py", "demo_env/models.py",
-    "demo_env/server.py", "tests/test_demo_env.py",
+    "demo_env/policies.py", "demo_env/server.py", "tests/test_demo_env.py",
 }
 
 
@@ -80,7 +81,7 @@ def test_rendered_env_installs_editable_and_its_own_tests_pass(rendered: Path, t
     tests = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             str(rendered)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "5 passed" in tests.stdout
+    assert "6 passed" in tests.stdout
 
 
 def test_envkit_serve_serves_the_rendered_env(rendered: Path) -> None:
@@ -92,6 +93,36 @@ def test_envkit_serve_serves_the_rendered_env(rendered: Path) -> None:
         called = env.call("guess", number=20)
         assert called.observation["guesses_left"] == 5
         assert env.metadata()["name"] == "demo_env"
+
+
+def test_the_rendered_env_validates_without_a_warning_and_evaluates(rendered: Path) -> None:
+    """Ready out of the box: its own tasks (a test split), episode length and reward range, scripted players."""
+    checked = envkit("validate", str(rendered))
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.splitlines()[-1] == f"{rendered}: valid (9 checks, 0 failed, 0 warnings)"
+    played = envkit("eval", "--env", str(rendered), "--policy", "random", "--policy", "solver", "--json")
+    assert played.returncode == 0, played.stderr
+    rows = {row["model"]: row for row in json.loads(played.stdout)["rows"]}
+    assert rows["policy:solver"]["episodes"] == 30 and rows["policy:solver"]["successes"] == 30
+    assert rows["policy:random"]["episodes"] == 30 and rows["policy:random"]["successes"] < 30
+    with ServedProcess(str(rendered)) as served:
+        with EnvClient(served.url).sync() as env:
+            metadata = env.metadata()
+        over_url = envkit("validate", served.url)
+    assert (metadata["episode_length"], metadata["reward_range"]) == (7, [0.0, 1.0])
+    assert over_url.returncode == 0 and over_url.stdout.splitlines()[-1].endswith("0 failed, 0 warnings)"), \
+        over_url.stdout
+
+
+def test_the_rendered_env_trains_with_budgets_fitted_to_its_episode_length(rendered: Path, tmp_path: Path) -> None:
+    """One step of the tiny model (offline): the turn budget comes from EPISODE_LENGTH (7 guesses + 2), not the
+    3 turns an environment that declares no length gets."""
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "train", "--env", str(rendered), "--max-steps", "1",
+                           "--output-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "episode budget: 9 tool-calling turns" in done.stderr and "(episodes take 7 tool calls)" in done.stderr
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
 @pytest.mark.parametrize("name, message", [

@@ -59,7 +59,7 @@ def test_grpo_config_carries_the_settings() -> None:
     assert (config.use_vllm, config.vllm_mode, config.vllm_gpu_memory_utilization) == (True, "colocate", 0.5)
     assert config.chat_template_kwargs == {"enable_thinking": False} and config.lr_scheduler_type == "constant"
     assert (config.logging_steps, config.report_to, config.max_tool_calling_iterations) == (1, [], 10)
-    with pytest.raises(ConfigurationError, match="grpo: no_such_knob are not GRPOConfig fields"):
+    with pytest.raises(ConfigurationError, match="grpo: no_such_knob is not a GRPOConfig field"):
         TrainSettings(grpo={"no_such_knob": 1}).resolved().grpo_config(on_gpu=False)
 
 
@@ -276,7 +276,7 @@ def test_cli_dataset_columns_of_two_types(tmp_path: Path) -> None:
 def test_cli_unreachable_server(tmp_path: Path) -> None:
     result = envkit_train("--env-url", "http://127.0.0.1:9", cwd=tmp_path)
     assert result.returncode == 1
-    assert "Error: cannot connect to http://127.0.0.1:9/metadata" in result.stderr
+    assert "envkit train: error: cannot connect to http://127.0.0.1:9/metadata" in result.stderr
     assert "Traceback" not in result.stderr
 
 

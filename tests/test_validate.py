@@ -58,7 +58,8 @@ def test_bundled_env_folders_are_valid(name: str) -> None:
     report = json.loads(done.stdout)
     assert report["ok"] and {check["status"] for check in report["checks"]} == {"ok"}
     assert {check["name"] for check in report["checks"]} == {
-        "space files", "readme front matter", "manifest", "import", "server app", "tools", "server limits", "dockerfile"}
+        "space files", "readme front matter", "manifest", "import", "server app", "tools", "tasks", "server limits",
+        "dockerfile"}
 
 
 def test_a_fresh_template_is_valid_as_a_table(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_a_fresh_template_is_valid_as_a_table(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["CHECK", "RESULT", "DETAIL"]
     assert re.search(r"^tools\s+OK\s+1 tool\(s\), every argument typed and described: guess$", done.stdout, re.M)
-    assert lines[-1] == f"{folder}: valid (8 checks, 0 failed, 0 warnings)"
+    assert lines[-1] == f"{folder}: valid (9 checks, 0 failed, 0 warnings)"
 
 
 # -- folders that fail ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Bad client input and refusals are also logged, at most one WARNING line per kind
 from __future__ import annotations
 
 import logging
+import traceback
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,20 @@ class ServerMetrics:
         """A client sent something that is not the protocol; counted, and logged as one WARNING per kind per interval."""
         self.bad_input[kind] = self.bad_input.get(kind, 0) + 1
         self.log.warning(f"bad:{kind}", "bad client input (%s)%s", kind, f": {detail}" if detail else "")
+
+    def environment_raised(self, session_id: str, error: BaseException) -> None:
+        """An environment raised in a session. A ValueError is how an environment refuses a move (a bad guess, a
+        step after the end): one INFO line. Anything else is a bug in the environment: an ERROR with its traceback,
+        for the environment's author. Each at most once per interval per kind and place, since a client can make
+        an environment raise on every frame it sends."""
+        if isinstance(error, ValueError):
+            self.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session_id, error)
+            return
+        frames = traceback.extract_tb(error.__traceback__)
+        place = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        self.log.log(logging.ERROR, f"environment_bug:{type(error).__name__}:{place}",
+                     "environment raised %s in session %s (a bug in the environment?)", type(error).__name__,
+                     session_id, exc_info=error)
 
     # -- the /metrics document --------------------------------------------------------------
 

@@ -345,6 +345,7 @@ class OrsSurface(ExchangeEndpoint):
             try:
                 result = await session.call_tool(spec, checked)
             except Exception as error:
+                session.pool.metrics.environment_raised(session.id, error)
                 return _failure("execution_error", f"{name} raised {type(error).__name__}: {error}; "
                                 "the session carries on")
         payload = tool_result_payload(spec.name, result)

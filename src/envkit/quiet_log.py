@@ -36,8 +36,8 @@ class RateLimitedLog:
         """Log `message % args` unless a line of this `kind` was logged less than `interval_s` ago."""
         self.log(logging.WARNING, kind, message, *args)
 
-    def log(self, level: int, kind: str, message: str, *args: Any) -> None:
-        """`warning` at another level."""
+    def log(self, level: int, kind: str, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+        """`warning` at another level (with `exc_info`'s traceback when given)."""
         now = time.monotonic()
         if now < self._quiet_until.get(kind, 0.0):
             self._held_back[kind] = self._held_back.get(kind, 0) + 1
@@ -47,7 +47,7 @@ class RateLimitedLog:
         if held_back:
             message += " (and %d more like it since the last such line; at most one per %gs)"
             args = (*args, held_back, self.interval_s)
-        self.logger.log(level, message, *args)
+        self.logger.log(level, message, *args, exc_info=exc_info)
 
 
 class TransportLog:

@@ -13,6 +13,7 @@ The action and observation models are read from the class's generic parameters
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -107,10 +108,12 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def import_attribute(spec: str) -> Any:
-    """Import `module:attr` (dotted attr allowed)."""
+    """Import `module:attr` (dotted attr allowed); modules in the working folder import, as they do for uvicorn."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise TargetError(f"{spec!r} is not of the form module:attribute")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
@@ -138,7 +141,10 @@ def resolve_target(target: str) -> EnvTarget:
             bundled = bundled_envs()
             if target not in bundled:
                 known = ", ".join(bundled) or "none found"
-                raise TargetError(f"{target!r} is neither a bundled env ({known}), an env folder, nor module:Class")
+                close = difflib.get_close_matches(target, bundled, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TargetError(f"{target!r} is neither a bundled env ({known}), an env folder, nor "
+                                  f"module:Class{hint}")
             folder = bundled[target]
         return _target_from_folder(folder.resolve())
     return _target_from_class(import_attribute(target), target)

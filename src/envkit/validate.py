@@ -1,6 +1,7 @@
 """`envkit validate`: tell an env author exactly what their env folder or running server gets wrong.
 
-    report = validate_folder(Path("envs/echo"))        # files, manifest, import, tools, Dockerfile
+    report = validate_folder(Path("envs/echo"))        # files, manifest, import, tools, tasks, Dockerfile
+    report = validate_class("my_module:MyEnvironment")  # import, tools, tasks, limits
     report = asyncio.run(validate_url("http://127.0.0.1:8000"))   # health, schema, tools, episode, concurrency, ORS
     print(report.table()); sys.exit(0 if report.ok else 1)
 
@@ -25,7 +26,7 @@ from .protocol import ErrorCode
 from .serving import app_from_environment, bundled_envs, import_attribute, resolve_target
 from .tools import tool_specs
 
-__all__ = ["Check", "Report", "validate_folder", "validate_url", "check_ors", "example_from_schema",
+__all__ = ["Check", "Report", "validate_folder", "validate_class", "validate_url", "check_ors", "example_from_schema",
            "read_front_matter", "SPACE_FILES"]
 
 Status = Literal["ok", "warn", "fail"]
@@ -169,19 +170,35 @@ def validate_folder(folder: Path) -> Report:
     return report
 
 
-def _check_code(report: Report, folder: Path, manifest: dict[str, Any], image_settings: dict[str, str]) -> None:
-    """Import the environment and its server module, build the app, and check the tools."""
+def validate_class(spec: str) -> Report:
+    """Check an environment class given as `module:Class`: that it imports, its tools, tasks and limits."""
+    report = Report(spec)
+    target = _check_import(report, spec, spec)
+    if target is not None:
+        _check_environment(report, target, {})
+    return report
+
+
+def _check_import(report: Report, spec: str, environment: str) -> Any:
+    """The `EnvTarget` of `spec` (a folder or `module:Class`), recorded as the "import" check; None if it fails."""
     try:
-        target = resolve_target(str(folder.resolve()))
+        target = resolve_target(spec)
     except EnvkitError as error:
         report.add("import", [str(error)], "")
-        return
+        return None
     except Exception as error:  # the env's own module raised while importing
-        report.add("import", [f"importing {manifest['environment']} raised {type(error).__name__}: {error}"], "")
-        return
+        report.add("import", [f"importing {environment} raised {type(error).__name__}: {error}"], "")
+        return None
     report.add("import", [], f"{target.env_class.__qualname__} ({target.action_cls.__name__} → "
                              f"{target.observation_cls.__name__})")
+    return target
 
+
+def _check_code(report: Report, folder: Path, manifest: dict[str, Any], image_settings: dict[str, str]) -> None:
+    """Import the environment and its server module, build the app, and check the tools."""
+    target = _check_import(report, str(folder.resolve()), manifest["environment"])
+    if target is None:
+        return
     server_module = manifest["environment"].split(".")[0] + ".server"
     if (folder / server_module.replace(".", "/")).with_suffix(".py").is_file():
         try:
@@ -189,6 +206,11 @@ def _check_code(report: Report, folder: Path, manifest: dict[str, Any], image_se
             report.add("server app", [], f"{server_module}:app imports")
         except Exception as error:
             report.add("server app", [f"{server_module}:app: {type(error).__name__}: {error}"], "")
+    _check_environment(report, target, image_settings)
+
+
+def _check_environment(report: Report, target: Any, image_settings: dict[str, str]) -> None:
+    """The class's tools, its task splits, and the app it builds (with the Dockerfile's limits)."""
     try:
         specs = tool_specs(target.env_class)
     except EnvkitError as error:
@@ -202,7 +224,24 @@ def _check_code(report: Report, folder: Path, manifest: dict[str, Any], image_se
                  for name, spec in specs.items() for argument, schema in spec.parameters["properties"].items()
                  if not schema.get("description")]
         report.add("tools", empty, f"{len(specs)} tool(s), every argument typed and described: {', '.join(specs)}")
+    _check_tasks(report, target.env_class)
     _check_limits(report, target, image_settings)
+
+
+def _check_tasks(report: Report, env_class: Any) -> None:
+    """Warn when there is no `test` split to evaluate on (or a split is empty); say the splits' sizes."""
+    try:
+        splits = {split: len(env_class.tasks(split)) for split in env_class.splits()}
+    except Exception as error:  # the class's own tasks() raised
+        report.add("tasks", [f"{env_class.__qualname__}.tasks() raised {type(error).__name__}: {error}"], "")
+        return
+    problems = [f"split {split!r} has no tasks" for split, count in splits.items() if not count]
+    if "test" not in splits:
+        problems.append("no 'test' split: `envkit eval` plays an env's test tasks and ORS clients build their "
+                        'dataset from splits; declare TASKS = {"train": [...], "test": [...]} (each task the '
+                        "keyword arguments of one reset)")
+    counts = ", ".join(f"{split} ({count})" for split, count in splits.items())
+    report.add("tasks", problems, f"splits: {counts}", warn=True)
 
 
 def _check_limits(report: Report, target: Any, image_settings: dict[str, str]) -> None:
@@ -620,10 +659,17 @@ async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[
 
 
 def validate(target: str) -> Report:
-    """Validate a URL (`http(s)://`, `ws(s)://`), an env folder, or a bundled env by name."""
+    """Validate a URL (`http(s)://`, `ws(s)://`), an env folder, a bundled env by name, or `module:Class`.
+
+    Raises `ConfigurationError` for a name that is none of these."""
     if target.startswith(("http://", "https://", "ws://", "wss://")):
         return asyncio.run(validate_url(target))
     folder = Path(target)
-    if not folder.exists():
-        folder = bundled_envs().get(target, folder)
-    return validate_folder(folder)
+    if folder.exists() or "/" in target or target.startswith("."):
+        return validate_folder(folder)
+    if ":" in target:
+        return validate_class(target)
+    bundled = bundled_envs()
+    if target not in bundled:
+        resolve_target(target)   # raises the error that names the bundled envs (and a close one)
+    return validate_folder(bundled[target])

@@ -374,7 +374,7 @@ class SessionHandler:
                                       errors=error.errors(include_url=False, include_context=False, include_input=False))
         except Exception as error:
             # at most a line a minute: a client can make an environment raise on every frame it sends
-            metrics.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session.id, error)
+            metrics.environment_raised(session.id, error)
             metrics.error_reply(ErrorCode.EXECUTION_ERROR)
             return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
         finally:

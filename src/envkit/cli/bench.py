@@ -68,7 +68,7 @@ def _progress_printer(enabled: bool) -> Any:
 @click.option("--connect-concurrency", type=click.IntRange(min=1), default=128, show_default=True,
               help="WebSocket handshakes in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @api_key_option
 def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str | None, ramp: bool, ramp_start: int, ramp_max: int,
             budget: float, churn: float | None, hold: float, timeout: float, client: str, protocol: str, tool: str,
@@ -87,8 +87,8 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
       envkit bench --url ws://127.0.0.1:8001 --sessions 64 --steps 200
       envkit bench --url ws://127.0.0.1:8001 --ramp --budget 60 --json
       envkit bench --url ws://127.0.0.1:8001 --churn 5 --sessions 16
-      envkit bench --url http://127.0.0.1:8001,http://127.0.0.1:8002 --sessions 128
-      envkit bench --url http://127.0.0.1:8001 --protocol mcp --sessions 64 --steps 200
+      envkit bench --url http://127.0.0.1:8001,http://127.0.0.1:8002
+      envkit bench --url http://127.0.0.1:8001 --protocol mcp --steps 200
     """
     from ..placement import parse_server_urls
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import Any
 
 import click
 
-from ..errors import ConfigurationError, EnvkitError
 from .api_key import api_key_option
 from .train import _json_mapping
 
@@ -68,9 +66,11 @@ def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, .
     \b
     Examples:
       envkit eval --env wordle --policy solver --policy random
-      envkit eval --env wordle --model tiny --model envkit-train/model --transcripts games.jsonl
-      envkit eval --env wordle --openai-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-1.7B
-      envkit eval --env catch --env-url http://127.0.0.1:8001 --policy solver --json
+      envkit eval --env wordle --model tiny --model envkit-train/model \\
+          --transcripts games.jsonl
+      envkit eval --env wordle --openai-url http://127.0.0.1:8000/v1 \\
+          --model Qwen/Qwen3-1.7B
+      envkit eval --env catch --env-url http://127.0.0.1:8001 --policy solver
     """
     from ..evaluate import EvalSettings, evaluate, render_table
     from ..train.schema import BindingError
@@ -80,18 +80,12 @@ def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, .
                             games=games, chat_template_kwargs=chat_template_kwargs or {}, **options)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
-    try:
+    try:   # other envkit errors are the command line's to report (envkit.cli.main)
         if games is None:
             settings.games = _default_games(settings)
         result = evaluate(settings, say=say)
     except BindingError as error:  # the served environment's tools cannot be bound: not a usage error
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
-    except ConfigurationError as error:
-        raise click.UsageError(str(error)) from None
-    except EnvkitError as error:  # a server unreachable or full, a session lost, a chat server refusing
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
+        raise click.ClickException(str(error)) from None
     if transcripts_path:
         path = write_transcripts(transcripts_path, result.transcripts)
         say(f"transcripts: {len(result.transcripts)} games in {path}")

@@ -8,12 +8,14 @@ from typing import Any
 
 import click
 
+from ..errors import ConfigurationError, EnvkitError, ToolDefinitionError
+
 #: command name → (module under envkit.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve an environment over WebSocket."),
     "train": ("train", "Train a model with TRL GRPO against served environments (tools bound automatically)."),
     "eval": ("eval", "Play models or scripted policies on an environment's test tasks; print the results table."),
-    "validate": ("validate", "Check an env folder or a running server."),
+    "validate": ("validate", "Check an env folder, a module:Class or a running server."),
     "new": ("new", "Create a new env folder from the template."),
     "push": ("push", "Publish an env folder as a Hugging Face Space."),
     "bench": ("bench", "Load a running server with concurrent sessions and report steps/s, latency, failures."),
@@ -50,20 +52,38 @@ def cli() -> None:
 
 
 def main(argv: Any = None) -> None:
-    """Console entry point: errors are one line on stderr; exit 2 for usage errors, 1 for failures."""
+    """Console entry point: every command's errors are one line on stderr, `envkit COMMAND: error: ...`;
+    exit 2 for usage errors (a bad flag, target or setting), 1 for failures."""
     if argv is None:   # the process's own command line, so it can be run again as it was
         from ..memory import rerun_on_system_allocator
 
         rerun_on_system_allocator(sys.argv[1:])
-    try:
-        cli.main(args=argv, prog_name="envkit", standalone_mode=False)
-    except click.UsageError as error:
-        command = error.ctx.command_path if error.ctx is not None else "envkit"
-        click.echo(f"{command}: error: {error.format_message()} (see '{command} --help')", err=True)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:   # bare `envkit`: the help, as `envkit --help` prints it, with usage's exit code
+        click.echo(cli.get_help(click.Context(cli, info_name="envkit", **cli.context_settings)))
         sys.exit(2)
+    try:
+        cli.main(args=args, prog_name="envkit", standalone_mode=False)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else _command_path(args)
+        _fail(command, f"{error.format_message()} (see '{command} --help')", 2)
     except click.ClickException as error:
-        click.echo(f"envkit: error: {error.format_message()}", err=True)
-        sys.exit(error.exit_code)
+        _fail(_command_path(args), error.format_message(), error.exit_code)
+    except (ConfigurationError, ToolDefinitionError) as error:   # a bad target, setting or environment definition
+        _fail(_command_path(args), str(error), 2)
+    except EnvkitError as error:          # a server unreachable, full or refusing; a session lost
+        _fail(_command_path(args), str(error), 1)
     except click.Abort:
-        click.echo("envkit: aborted", err=True)
+        click.echo(f"{_command_path(args)}: aborted", err=True)
         sys.exit(1)
+
+
+def _command_path(args: list[str]) -> str:
+    """`envkit COMMAND` for the command `args` ran (plain `envkit` before one is named)."""
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    return f"envkit {command}" if command in COMMANDS else "envkit"
+
+
+def _fail(command: str, message: str, code: int) -> None:
+    click.echo(f"{command}: error: {message}", err=True)
+    sys.exit(code)

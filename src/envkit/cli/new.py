@@ -16,7 +16,6 @@ from ..errors import ConfigurationError
 def command(name: str, output_dir: Path) -> None:
     """Create the env NAME in OUTPUT_DIR/NAME from envkit's template.
 
-    \b
     NAME becomes the package name and the class prefix (my_env → MyEnvEnvironment): lowercase
     letters, digits and _, starting with a letter, not a keyword or an existing module name.
     The env is complete at once: models, an environment with a @tool, the server app, a typed
@@ -24,7 +23,8 @@ def command(name: str, output_dir: Path) -> None:
 
     \b
     Example:
-      envkit new my_env && pip install -e "./my_env[test]" && pytest my_env && envkit serve ./my_env
+      envkit new my_env && pip install -e "./my_env[test]" && pytest my_env
+      envkit serve ./my_env
     """
     from ..scaffold import render_env
 

@@ -38,7 +38,6 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
             api_key_env: str | None) -> None:
     """Publish the env in DIRECTORY as a Hugging Face Space (docker SDK).
 
-    \b
     The staged Space holds the env's files and a wheel of envkit built now, and its Dockerfile
     installs envkit from that wheel, so the Space builds on its own. The token comes from
     HF_TOKEN or `hf auth login`; it is never printed or written into the staged files.

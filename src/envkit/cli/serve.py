@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from functools import partial
 from typing import Any
 
 import click
 
 from ..access import is_loopback_host
-from ..errors import ConfigurationError
 from .scale_out import ScaleOut, scale_out_options
 
 
@@ -75,7 +73,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve echo --transport picows --max-concurrent-envs 1024
       envkit serve echo --workers 4 --max-concurrent-envs 256
       envkit serve echo --ray 10.0.0.1:6379 --replicas 8 --num-cpus 1
-      ENVKIT_API_KEY=... envkit serve echo --host 0.0.0.0 --max-sessions-per-client 4
+      ENVKIT_API_KEY=... envkit serve echo --host 0.0.0.0 \\
+          --max-sessions-per-client 4
     """
     scale_out.check(transport)
     from ..ports import ListenError, check_listen
@@ -104,11 +103,8 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         settings["max_concurrent_envs"] = max_concurrent_envs
     if session_timeout is not None:
         settings["session_timeout_s"] = session_timeout
-    try:
-        resolved = resolve_target(target)
-        app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
-    except ConfigurationError as error:
-        raise click.UsageError(str(error)) from None
+    resolved = resolve_target(target)   # a bad target or environment definition: one line (envkit.cli.main)
+    app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if not app.access.requires_key and not is_loopback_host(host):
@@ -119,8 +115,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     try:  # before the server starts, so a busy port is one line, not a traceback after "startup complete"
         check_listen(host, port)
     except ListenError as error:
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
+        raise click.ClickException(str(error)) from None
 
     def announce(bound_port: int) -> None:
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "

@@ -5,14 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 from typing import Any
 
 import click
 
 from .api_key import api_key_option
-
-from ..errors import ConfigurationError, EnvkitError
 
 
 def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
@@ -114,39 +111,29 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     Examples:
       envkit train
       envkit train --env echo --env-url http://127.0.0.1:8001 --model ./my-model
-      envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate --num-generations 16
+      envkit train --env wordle --model Qwen/Qwen3-1.7B --vllm-mode colocate \\
+          --num-generations 16
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
       envkit train --env wordle --eval-games 30
       envkit train --env wordle --split train
-      envkit train --env-url http://127.0.0.1:8080 --protocol ors    # an openreward-SDK server
+      envkit train --env-url http://127.0.0.1:8080 --protocol ors  # openreward
       envkit train --config train.yaml --max-steps 100
     """
     from ..train.settings import settings_from
 
-    try:
-        settings = settings_from(config_path, flags)
-    except ConfigurationError as error:
-        raise click.UsageError(str(error)) from None
-
+    settings = settings_from(config_path, flags)
     from ..train.runner import TrainingStopped, run
     from ..train.schema import BindingError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
-    try:
+    try:   # other envkit errors are the command line's to report (envkit.cli.main)
         summary = run(settings, say=say, show_steps=not quiet)
-    except BindingError as error:
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
-    except ConfigurationError as error:
-        raise click.UsageError(str(error)) from None
+    except BindingError as error:   # the served environment's tools cannot be bound: not a usage error
+        raise click.ClickException(str(error)) from None
     except TrainingStopped as error:
         _print(error.summary, as_json)
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
-    except EnvkitError as error:   # a server unreachable, full or not speaking the protocol asked for; a session lost
-        click.echo(f"Error: {error}", err=True)
-        sys.exit(1)
+        raise click.ClickException(str(error)) from None
     _print(summary, as_json)
 
 

@@ -7,7 +7,6 @@ slot, is refused at capacity, reaped when idle and ended at shutdown exactly as 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,6 @@ from ..ws_handler import SessionHandler, SessionRefused, summarise_validation_er
 from .jsonrpc import INVALID_PARAMS, SERVER_ERROR, SESSION_GONE, RpcError
 
 __all__ = ["Episodes", "ToolOutcome", "ToolFailed"]
-
-logger = logging.getLogger("envkit.server")
 
 
 @dataclass(slots=True)
@@ -87,7 +84,7 @@ class Episodes:
             try:
                 observation = await session.reset(self.handler.reset_kwargs(kwargs))
             except Exception as error:
-                logger.info("environment raised in session %s: %r", session.id, error)
+                session.pool.metrics.environment_raised(session.id, error)
                 raise ToolFailed(f"reset failed: {type(error).__name__}: {error}") from error
         if not isinstance(observation, Observation):
             raise ToolFailed(f"reset() returned {type(observation).__name__}, expected an Observation")
@@ -122,7 +119,7 @@ class Episodes:
             try:
                 result = await session.call_tool(spec, arguments)
             except Exception as error:
-                logger.info("environment raised in session %s: %r", session.id, error)
+                session.pool.metrics.environment_raised(session.id, error)
                 raise ToolFailed(f"{type(error).__name__}: {error}") from error
         return ToolOutcome.of(result)
 

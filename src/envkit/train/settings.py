@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,11 +251,7 @@ class TrainSettings:
                           vllm_enable_sleep_mode=self.vllm_enable_sleep_mode)
             if self.vllm_server_url:
                 kwargs["vllm_server_base_url"] = self.vllm_server_url
-        known = {item.name for item in dataclasses.fields(GRPOConfig)}
-        unknown = sorted(set(self.grpo) - known)
-        if unknown:
-            raise ConfigurationError(f"config file: grpo: {', '.join(unknown)} are not GRPOConfig fields (trl "
-                                     "GRPOConfig documents the valid ones)")
+        check_grpo_fields(self.grpo, "config file")
         kwargs.update(self.grpo)
         return GRPOConfig(**kwargs)
 
@@ -269,6 +266,20 @@ def _flag(name: str) -> str:
 
 _LIST_FIELDS = {"env", "env_url", "reward"}
 _INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
+def check_grpo_fields(grpo: dict[str, Any], where: str) -> None:
+    """Raise `ConfigurationError` naming the keys of a `grpo:` table that are not `trl.GRPOConfig` fields."""
+    from trl import GRPOConfig
+
+    known = [item.name for item in dataclasses.fields(GRPOConfig)]
+    unknown = sorted(set(grpo) - set(known))
+    if unknown:
+        close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        hints = "; ".join(f"did you mean {match[0]}?" for match in close.values() if match)
+        names = f"{unknown[0]} is not a GRPOConfig field" if len(unknown) == 1 else \
+            f"{', '.join(unknown)} are not GRPOConfig fields"
+        raise ConfigurationError(f"{where}: grpo: {names} ({hints or 'trl GRPOConfig documents the valid ones'})")
+
+
                "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed", "eval_games",
                "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
@@ -326,3 +337,5 @@ def settings_from(config_path: str | Path | None, flags: dict[str, Any]) -> Trai
     if values.get("env_url") and "env" not in values:
         values["env"] = []  # names come from the servers
     return TrainSettings(**values).resolved()
+    if values.get("grpo"):   # refused now, not after the environments are served and the model is built
+        check_grpo_fields(values["grpo"], f"--config {path}")

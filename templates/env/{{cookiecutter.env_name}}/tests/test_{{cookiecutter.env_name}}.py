@@ -7,6 +7,7 @@ from envkit.testing import running_server
 
 from {{cookiecutter.env_name}} import {{cookiecutter.class_prefix}}Action, {{cookiecutter.class_prefix}}Client, {{cookiecutter.class_prefix}}Environment, {{cookiecutter.class_prefix}}Observation
 from {{cookiecutter.env_name}}.environment import MAX_GUESSES
+from {{cookiecutter.env_name}}.policies import TOOL_PLAYERS
 from {{cookiecutter.env_name}}.server import app
 
 
@@ -58,6 +59,16 @@ def test_served_episode_with_the_typed_client_and_the_tool() -> None:
         assert env.state()["step_count"] == 2
         tools = {listing["function"]["name"]: listing["function"] for listing in env.tools()}
         assert tools["guess"]["parameters"]["properties"]["number"]["description"]
+
+
+def test_the_solver_wins_every_test_task_within_the_episode_length() -> None:
+    env = {{cookiecutter.class_prefix}}Environment()
+    for index, task in enumerate({{cookiecutter.class_prefix}}Environment.tasks("test")):
+        observation, act = env.reset(**task), TOOL_PLAYERS["solver"](index)
+        while not observation.done:
+            _, arguments = act(observation.model_dump(), task)
+            observation = env.guess(**arguments)
+        assert observation.reward == 1.0 and env.state.step_count <= {{cookiecutter.class_prefix}}Environment.EPISODE_LENGTH
 
 
 def test_app_takes_its_session_limit_from_the_environment_variable() -> None:

@@ -24,12 +24,24 @@ class {{cookiecutter.class_prefix}}Environment(Environment[{{cookiecutter.class_
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # instances share nothing, so one server may hold many sessions
     RUN_INLINE = True  # reset, step and the tool are quick and never block
+    EPISODE_LENGTH = MAX_GUESSES  # tool calls in a game played to its end: `envkit train` fits its budgets to it
+    REWARD_RANGE = (0.0, 1.0)  # what one episode can score; an abandoned episode counts as the lowest
+    #: Each task is the keyword arguments of one `reset`: `envkit train --split train` trains on the train split,
+    #: `envkit eval` plays the test split, and Open Reward Standard clients list both.
+    TASKS = {"train": tuple({"seed": seed} for seed in range(100)),
+             "test": tuple({"seed": seed} for seed in range(1000, 1030))}
 
     def __init__(self) -> None:
         self._secret = 0
         self._state = {{cookiecutter.class_prefix}}State()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> {{cookiecutter.class_prefix}}Observation:
+        """Start a new game.
+
+        Args:
+            seed: Seeds the secret: the same seed gives the same secret.
+            episode_id: A name for the episode; a random one when absent.
+        """
         self._secret = random.Random(seed).randint(LOW, HIGH)
         self._state = {{cookiecutter.class_prefix}}State(episode_id=episode_id or uuid.uuid4().hex, guesses_left=MAX_GUESSES)
         return {{cookiecutter.class_prefix}}Observation(message=f"Guess a number between {LOW} and {HIGH}. You have {MAX_GUESSES} guesses.",
