@@ -34,10 +34,10 @@ def rows(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
 
 def test_wordle_solver_wins_random_loses_on_invalid_guesses_and_transcripts_read_back(tmp_path: Path) -> None:
     path = tmp_path / "games.jsonl"
-    done = envkit("eval", "--env", "wordle", "--policy", "solver", "--policy", "random", "--games", "30", "--json",
-                  "--transcripts", str(path))
+    done = envkit("eval", "--env", "wordle", "--policy", "solver", "--policy", "random-letters", "--games", "30",
+                  "--json", "--transcripts", str(path))
     found = rows(done)
-    solver, random = found["policy:solver"], found["policy:random"]
+    solver, random = found["policy:solver"], found["policy:random-letters"]
     assert solver["episodes"] == 30 and solver["successes"] >= 29
     assert solver["metrics"]["won"]["text"] == f"{solver['successes']}/30"
     assert 2 <= solver["metrics"]["guesses"]["value"] <= 4           # guesses per win
@@ -47,7 +47,7 @@ def test_wordle_solver_wins_random_loses_on_invalid_guesses_and_transcripts_read
     assert low == 0 and 0.05 < high < 0.2                               # Wilson: 0/30 is not "certainly 0%"
     assert solver["sessions_lost"] == random["sessions_lost"] == 0
     games = read_transcripts(path)
-    assert len(games) == 60 and {game.model for game in games} == {"policy:solver", "policy:random"}
+    assert len(games) == 60 and {game.model for game in games} == {"policy:solver", "policy:random-letters"}
     first = json.loads(path.read_text().splitlines()[0])
     assert first["format"] == FORMAT and first["split"] == "test" and first["task_index"] == 0
     assert first["task"] == {"secret_index": 0}
@@ -56,6 +56,14 @@ def test_wordle_solver_wins_random_loses_on_invalid_guesses_and_transcripts_read
     assert [message["role"] for message in won.messages[:3]] == ["user", "assistant", "tool"]
     assert won.messages[1]["tool_calls"][0]["name"] == "guess"
     assert won.turns[0].result == won.messages[2]["content"]          # what the model read back
+
+
+def test_wordles_default_random_player_guesses_words_to_the_end_of_the_game() -> None:
+    """The baseline `--policy random` is a player of random dictionary words: every guess valid, six guesses a
+    game, a few wins by luck; not a stream of non-words that ends each game on its second guess."""
+    random = rows(envkit("eval", "--env", "wordle", "--policy", "random", "--games", "30", "--json"))["policy:random"]
+    assert random["metrics"]["invalid_guesses"]["value"] == 0
+    assert random["mean_steps"] >= 5.5 and random["successes"] <= 3
 
 
 def test_catch_policies_and_the_text_table() -> None:
@@ -87,7 +95,7 @@ def test_a_running_server_by_url(tmp_path: Path) -> None:
     (["--env", "wordle", "--model", "./no-such-model"], 2, "--model ./no-such-model: no such folder"),
     (["--env", "wordle", "--model", "someone/no-such-model"], 2, "not in the Hugging Face cache while HF_HUB_OFFLINE"),
     (["--env", "wordle", "--policy", "oracle"], 2, "--policy oracle: wordle has no such scripted player; its "
-                                                   "players: random, random-word, solver"),
+                                                   "players: random, random-letters, solver"),
     (["--env", "wordle"], 2, "say who plays"),
     (["--env", "wordle", "--openai-url", "http://127.0.0.1:9/v1"], 2, "--openai-url needs --model"),
     (["--env", "wordle", "--dataset", "missing.jsonl", "--policy", "solver"], 2, "--dataset missing.jsonl: no such"),

@@ -134,7 +134,7 @@ class RandomLetters:
     """Guesses five random letters in brackets: the right format, but hardly ever a word (a model that
     has not learnt the word list). Most games end on the second invalid guess."""
 
-    name = "random"
+    name = "random-letters"
 
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
@@ -151,11 +151,12 @@ def _tool_player(policy: Policy) -> Any:
 
 
 #: Scripted players for `envkit eval --policy NAME`: each takes a seed and returns a function from the latest
-#: observation (its wire dict) and the task to the next tool call, `(tool, arguments)`.
+#: observation (its wire dict) and the task to the next tool call, `(tool, arguments)`. `random` plays whole
+#: games of random dictionary words (the baseline); `random-letters` mostly loses on two invalid guesses.
 TOOL_PLAYERS = {
     "solver": lambda seed: _tool_player(Solver()),
-    "random": lambda seed: _tool_player(RandomLetters(seed)),
-    "random-word": lambda seed: _tool_player(RandomPolicy(seed)),
+    "random": lambda seed: _tool_player(RandomPolicy(seed)),
+    "random-letters": lambda seed: _tool_player(RandomLetters(seed)),
 }
 
 
