@@ -75,6 +75,19 @@ def test_root_redirects_to_the_page_and_the_page_loads_only_its_own_files(wordle
         assert http.get("/metadata").json()["web"] == {"served": True, "path": "/web"}
 
 
+def test_the_page_html_carries_the_environments_name_and_a_loading_note_escaped() -> None:
+    """The first paint, before any script: the frame with the environment's name and a loading note."""
+    target = resolve_target("echo")
+    app = app_from_environment(target.env_class, env_name="<b>echo</b>")
+    with running_server(app) as url:
+        page = httpx.get(url + "/web", trust_env=False)
+    assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
+    assert '<span id="env-name" class="env-name">&lt;b&gt;echo&lt;/b&gt;</span>' in page.text
+    assert "<title>&lt;b&gt;echo&lt;/b&gt; · envkit</title>" in page.text
+    assert "Loading &lt;b&gt;echo&lt;/b&gt;" in page.text and "__ENV_" not in page.text
+    assert re.search(r'<section id="view-play" class="view" aria-label="Play">', page.text)
+
+
 def test_the_page_fetches_nothing_from_elsewhere_and_never_parses_text_as_markup() -> None:
     """The page must work offline (a Space) and render untrusted transcripts and observations as text only."""
     for path in STATIC_DIR.iterdir():

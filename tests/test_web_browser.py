@@ -8,6 +8,7 @@ The tests skip only when no Chromium is installed (`.ci/run` installs it).
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -130,6 +131,26 @@ def catch_url() -> Iterator[str]:
 def echo_url() -> Iterator[str]:
     with serve("echo", max_concurrent_envs=8) as url:
         yield url
+
+
+def test_the_first_paint_shows_the_frame_and_a_loading_state_before_any_script_runs(page: Page, wordle_url: str,
+                                                                                    tmp_path: Path) -> None:
+    """What a person on a slow connection sees while the scripts are still on their way (here: never arrive)."""
+    page.route("**/web/static/*.js", lambda route: route.abort())
+    page.goto(wordle_url + "/web")
+    expect(page.locator("#env-name")).to_have_text("wordle")
+    expect(page.locator("#env-description")).to_contain_text("six guesses")
+    expect(page).to_have_title("wordle · envkit")
+    expect(page.locator("#tab-play")).to_have_class(re.compile(r"\bactive\b"))
+    expect(page.locator("#view-play")).to_be_visible()
+    expect(page.locator("#view-play")).to_contain_text("Loading wordle")
+    expect(page.locator("#view-replay")).to_be_hidden()
+    page.screenshot(path=str(tmp_path / "first-paint.png"))
+
+
+def test_the_loading_state_gives_way_to_the_play_view(page: Page, wordle_url: str) -> None:
+    open_page(page, wordle_url)
+    expect(page.locator("#view-play")).not_to_contain_text("Loading wordle")
 
 
 def open_page(page: Page, url: str, path: str = "/web") -> None:

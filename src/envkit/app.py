@@ -145,7 +145,7 @@ def create_app(
     app.serve_directly(["/mcp"], McpEndpoint(handler, env_class, name, documents.metadata["description"]))
     app.serve_directly(ors.paths(), ors)
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
-    documents.metadata["web"] = mount_web(app, env_class)
+    documents.metadata["web"] = mount_web(app, env_class, documents.metadata)
     return app
 
 

@@ -15,6 +15,7 @@ browser alone: transcript files are read locally and never uploaded.
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import typing
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from ..environment import Environment
@@ -44,10 +45,11 @@ _PAGE_HEADERS = {
 }
 
 
-def mount_web(app: FastAPI, env_class: type[Environment]) -> dict[str, Any]:
+def mount_web(app: FastAPI, env_class: type[Environment], metadata: dict[str, Any]) -> dict[str, Any]:
     """Serve the page at `/web` (its files under `/web/static`), its JSON route, and `/` → `/web`;
-    returns what `/metadata` says about the page."""
-    app.include_router(_router(env_class))
+    returns what `/metadata` says about the page. The page's HTML carries the environment's name and
+    description (from `metadata`) and a loading note, so its first paint is the page, not a blank."""
+    app.include_router(_router(env_class, page_html(metadata)))
     app.mount(f"{WEB_PATH}/static", StaticFiles(directory=STATIC_DIR), name="web-static")
     return {"served": True, "path": WEB_PATH}
 
@@ -88,9 +90,16 @@ def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": open_ended}
 
 
-def _router(env_class: type[Environment]) -> APIRouter:
+def page_html(metadata: dict[str, Any]) -> str:
+    """`index.html` with the environment's name and description written in (as text, escaped)."""
+    name = html.escape(str(metadata.get("name") or "environment"))
+    description = html.escape(str(metadata.get("description") or ""))
+    text = (STATIC_DIR / "index.html").read_text()
+    return text.replace("__ENV_DESCRIPTION__", description).replace("__ENV_NAME__", name)
+
+
+def _router(env_class: type[Environment], index: str) -> APIRouter:
     router = APIRouter(include_in_schema=False)
-    index = STATIC_DIR / "index.html"
     schema = reset_schema(env_class)
 
     @router.get("/")
@@ -99,9 +108,9 @@ def _router(env_class: type[Environment]) -> APIRouter:
         return RedirectResponse(f"{request.scope.get('root_path', '')}{WEB_PATH}", status_code=307)
 
     @router.get(WEB_PATH)
-    async def page() -> FileResponse:
+    async def page() -> HTMLResponse:
         """The page: play the environment, replay transcripts."""
-        return FileResponse(index, media_type="text/html", headers=_PAGE_HEADERS)
+        return HTMLResponse(index, headers=_PAGE_HEADERS)
 
     @router.get(f"{WEB_PATH}/reset-arguments")
     async def reset_arguments() -> dict[str, Any]:
