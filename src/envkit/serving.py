@@ -18,6 +18,7 @@ import importlib
 import os
 import sys
 import tomllib
+import traceback
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,8 +125,10 @@ def import_attribute(spec: str) -> Any:
     except SyntaxError as error:
         where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
         raise TargetError(f"cannot import {module_name!r}: syntax error in {where}: {error.msg}") from None
-    except Exception as error:  # the module's own code raised while it was imported
-        raise TargetError(f"cannot import {module_name!r}: importing it raised {type(error).__name__}: {error}") from None
+    except Exception as error:  # the module's own code raised while it was imported: say where
+        last = traceback.extract_tb(error.__traceback__)[-1]
+        raise TargetError(f"cannot import {module_name!r}: importing it raised {type(error).__name__}: {error} "
+                          f"({last.filename}, line {last.lineno})") from None
     for part in attr.split("."):
         if not hasattr(value, part):
             raise TargetError(f"module {module_name!r} has no attribute {attr!r}")

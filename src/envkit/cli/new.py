@@ -37,4 +37,6 @@ def command(name: str, output_dir: Path) -> None:
                f"  pytest {folder}\n"
                f"  envkit serve {folder}\n"
                f"  envkit validate {folder}\n"
+               f"  envkit eval --env {folder} --policy solver --policy random\n"
+               f"  envkit train --env {folder}\n"
                f"  envkit push {folder} --dry-run")
