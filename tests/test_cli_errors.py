@@ -190,6 +190,23 @@ def test_other_commands_import_from_the_working_folder_too(tmp_path: Path, comma
     assert "TicTacToeEnvironment" in done.stdout or "policy:random" in done.stdout
 
 
+def test_eval_of_an_env_without_tasks_says_how_to_give_it_some(tmp_path: Path) -> None:
+    done = envkit("eval", "--env", "ttt:TicTacToeEnvironment", "--policy", "random", cwd=write_ttt(tmp_path))
+    assert done.returncode == 2
+    assert 'its splits: none: declare TicTacToeEnvironment.TASKS = {"test": [...]}' in one_error_line(done, "eval")
+
+
+def test_an_env_folder_with_a_tool_without_a_docstring_is_one_line_from_serve(tmp_path: Path) -> None:
+    """The same mistake in an env folder (`envkit serve ./bad_env`)."""
+    folder = tmp_path / "bad_env"
+    folder.mkdir()
+    write_ttt(folder, documented=False)
+    (folder / "pyproject.toml").write_text('[project]\nname = "bad-env"\n[tool.envkit]\nname = "bad_env"\n'
+                                           'environment = "ttt:TicTacToeEnvironment"\n')
+    done = envkit("serve", "./bad_env", "--port", str(free_port()), cwd=tmp_path)
+    assert done.returncode == 2 and "play: tool has no docstring" in one_error_line(done, "serve")
+
+
 def test_validate_module_class_checks_the_class(tmp_path: Path) -> None:
     write_ttt(tmp_path)
     done = envkit("validate", "ttt:TicTacToeEnvironment", cwd=tmp_path)

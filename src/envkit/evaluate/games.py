@@ -37,7 +37,9 @@ def split_games(env: str, env_class: type[Environment] | None, split: str, games
     try:
         tasks = env_class.tasks(split)
     except UnknownSplitError:
-        known = ", ".join(env_class.splits()) or "none (give --dataset rows.jsonl)"
+        known = ", ".join(env_class.splits()) or (f'none: declare {env_class.__name__}.TASKS = {{"test": [...]}} (each '
+                                                  "task the keyword arguments of one reset), or give --dataset "
+                                                  "rows.jsonl")
         raise ConfigurationError(f"{env} has no split {split!r}; its splits: {known}") from None
     if not tasks:
         raise ConfigurationError(f"{env} split {split!r} has no tasks; choose another --split or give --dataset")
