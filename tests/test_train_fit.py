@@ -100,8 +100,8 @@ def test_budgets_fit_the_episode_length_unless_given() -> None:
     assert (tiny.max_tool_calling_iterations, tiny.max_completion_length) == (None, None)
     catch = tiny.fitted(9, 200)
     assert (catch.max_tool_calling_iterations, catch.max_completion_length) == (11, 256)
-    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 5e-4)
-    assert (tiny.fitted(None).max_steps, tiny.fitted(None).learning_rate) == (30, 1e-3)
+    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 1e-3)
+    assert (tiny.fitted(None).max_steps, tiny.fitted(None).learning_rate) == (30, 1.5e-3)
     assert (tiny.fitted(None).max_tool_calling_iterations, tiny.fitted(None).max_completion_length) == (3, 128)
     given = TrainSettings(max_tool_calling_iterations=5, max_completion_length=300).resolved().fitted(9, 200)
     assert (given.max_tool_calling_iterations, given.max_completion_length) == (5, 300)
@@ -161,7 +161,7 @@ def test_a_run_without_learning_signal_warns_once_with_the_cause(tmp_path: Path,
     warnings = [record.getMessage() for record in caplog.records if "no learning signal" in record.getMessage()]
     assert len(warnings) == 1
     assert "in 100% of GRPO groups of steps 1-3 every episode got the same reward" in warnings[0]
-    assert "0% of 48 episodes finished by the environment (an episode takes 4 tool calls)" in warnings[0]
+    assert "0% of 96 episodes finished by the environment (an episode takes 4 tool calls)" in warnings[0]
     assert "against a budget of 1 turns" in warnings[0]
     assert "the turn budget (1) is shorter than an episode (4 tool calls): raise --max-tool-calling-iterations " \
            "to 6 or more" in warnings[0]

@@ -2,17 +2,20 @@
 tool-call warning must fire when a policy collapses into text the trainer cannot read.
 
 Offline and on CPU: the tiny model is built here from nothing (HF_HUB_OFFLINE=1), echo is served in the process.
-The margins were measured over seeds 0, 1 and 2 of the main job (30 steps, 16 episodes a step, learning rate 1e-3)
-on 2 cores: mean reward of the first 5 steps → the last 5, and the share of completions with an unparsed tool call
-in the same steps:
+The margins were measured over seeds 0 to 3 of the main job (30 steps, 32 episodes a step in groups of 16,
+learning rate 1.5e-3 reached over 3 steps) on 2 cores: mean reward of the first 5 steps → the last 5, tool calls
+per episode and the share of completions with an unparsed tool call in the same steps:
 
-    seed 0   1.396 → 3.879 (×2.78)   unparsed 0.12 → 0.14
-    seed 1   1.386 → 3.941 (×2.84)   unparsed 0.14 → 0.72
-    seed 2   1.396 → 3.895 (×2.79)   unparsed 0.03 → 0.45
+    seed 0   1.027 →  5.239 (×5.10)   calls 1.84 → 2.86    unparsed 0.06 → 0.08
+    seed 1   1.984 →  7.414 (×3.74)   calls 2.41 → 2.91    unparsed 0.10 → 0.03
+    seed 2   1.279 → 37.311 (×29.2)   calls 2.38 → 22.2    unparsed 0.03 → 0.36   (several calls a turn)
+    seed 3   0.513 →  2.927 (×5.70)   calls 1.73 → 2.64    unparsed 0.04 → 0.25
 
-The guard asks for ×2 and a rise of at least 1.5, and at most 0.9 of the last steps' completions unparsed: below
-every seed's figure with room for the run-to-run drift between machines. At the former learning rate of 2e-3 seed 1
-collapses (0.205 → 0.000, no tool call after step 2): the guard fails there.
+The guard asks for ×3 (the lowest seed gives ×3.74) and a rise of at least 1.5 (lowest +2.41), more tool calls,
+and at most half of the last 5 steps' completions unparsed (highest 0.36; half is where `envkit train` warns).
+The recipe before (16 episodes a step in groups of 8, learning rate 1e-3 from the first step) gave ×2.48, ×4.10 and
+×3.44 on seeds 0-2: the guard fails on seed 0. At a learning rate of 2e-3 seed 1 collapsed (0.205 → 0.000, no tool
+call after step 2).
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ from envkit.train.runner import run
 from envkit.train.settings import TrainSettings
 
 #: The last 5 steps' mean reward must be at least this many times the first 5 steps' ...
-GAIN = 2.0
+GAIN = 3.0
 #: ... and this much more ...
 RISE = 1.5
 #: ... and in the last 5 steps at most this share of completions may hold a tool call the trainer could not parse.
-UNPARSED_BOUND = 0.9
+UNPARSED_BOUND = 0.5
+
+
+#: Catch (`envkit train --env catch`, seed 0): the last 10 steps' mean reward must beat the first 10's by this much.
+CATCH_MARGIN = 0.15
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +54,9 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_main_job_learns(tmp_path: Path, seed: int) -> None:
     """The main job's reward rises several-fold, with tool calls parsed: a seeded run of the default settings.
 
-    Fails on a policy that collapses (reward falling to 0 once the model stops emitting tool calls TRL can parse,
-    as a learning rate of 2e-3 made seed 1 do after its first step). Figures per seed in the module's notes."""
+    Fails on a policy that learns too slowly (the former recipe's seed 0: ×2.48) or collapses (reward falling to 0
+    once the model stops emitting tool calls TRL can parse, as a learning rate of 2e-3 made seed 1 do after its
+    first step). Figures per seed in the module's notes."""
     summary = run(TrainSettings(seed=seed, output_dir=str(tmp_path / "out"), save_model=False,
                                 transcripts_per_step=0), say=lambda message: None, show_steps=False)
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
@@ -60,6 +68,29 @@ def test_the_main_job_learns(tmp_path: Path, seed: int) -> None:
     assert sum(unparsed[-5:]) / 5 <= UNPARSED_BOUND, unparsed
     assert sum(row["tool_calls_per_episode"] for row in rows[-5:]) > sum(row["tool_calls_per_episode"]
                                                                         for row in rows[:5])
+
+
+def test_catch_learns(tmp_path: Path) -> None:
+    """`envkit train --env catch`'s recipe, seeded: the mean reward of the last 10 of its 40 steps beats the first 10's.
+
+    Measured over seeds 0-2 (32 episodes a step in groups of 16, learning rate 1e-3 reached over 3 steps; reward from
+    -1, a miss or an abandoned game, to +1, a catch), first 10 steps → last 10, and tool calls per episode:
+
+        seed 0   -0.419 → 0.156 (+0.575)   calls 8.30 → 10.11
+        seed 1   -0.225 → 0.125 (+0.350)   calls 5.96 → 7.31
+        seed 2   -0.200 → 0.075 (+0.275)   calls 7.87 → 9.77
+
+    The margin is half the lowest gain. For a model that does not learn, a step's mean of 32 episodes scored ±1
+    varies by at most ±0.18, a 10-step mean by ±0.06 and the difference of two by ±0.08: the margin is about twice
+    that. Seed 0 only (a catch run takes two to three minutes on 2 cores). It fails with a learning rate of 1e-9 (a
+    model that does not move)."""
+    summary = run(TrainSettings(env=["catch"], seed=0, output_dir=str(tmp_path / "out"), save_model=False,
+                                transcripts_per_step=0), say=lambda message: None, show_steps=False)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == summary.steps == 40 and summary.lost == 0
+    first = sum(row["reward"] for row in rows[:10]) / 10
+    last = sum(row["reward"] for row in rows[-10:]) / 10
+    assert last >= first + CATCH_MARGIN, (first, last)
 
 
 def test_unparsed_tool_calls_are_recognised() -> None:

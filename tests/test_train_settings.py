@@ -33,8 +33,8 @@ def write(path: Path, text: str) -> Path:
 def test_tiny_defaults_make_the_short_cpu_run() -> None:
     settings = TrainSettings().resolved().fitted(None)   # echo declares no episode length
     assert (settings.env, settings.model, settings.max_steps, settings.batch_size, settings.num_generations) == (
-        ["echo"], "tiny", 30, 16, 8)
-    assert settings.learning_rate == 1e-3 and settings.chat_kwargs() == {"enable_thinking": False}
+        ["echo"], "tiny", 30, 32, 16)
+    assert settings.learning_rate == 1.5e-3 and settings.chat_kwargs() == {"enable_thinking": False}
     real = TrainSettings(model="Qwen/Qwen3-1.7B").resolved().fitted(None)
     assert (real.learning_rate, real.max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
 
@@ -244,7 +244,7 @@ def envkit_train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "12"], "must be a multiple of --num-generations (8)"),
+    (["--batch-size", "12"], "must be a multiple of --num-generations (16)"),
     (["--env", "no-such-env"], "'no-such-env' is neither a bundled env"),
     (["--reward", "speed"], "no environment reports a reward component of that name"),
     (["--dataset", "missing.jsonl"], "--dataset missing.jsonl: no such file"),
