@@ -100,7 +100,7 @@ def test_budgets_fit_the_episode_length_unless_given() -> None:
     assert (tiny.max_tool_calling_iterations, tiny.max_completion_length) == (None, None)
     catch = tiny.fitted(9, 200)
     assert (catch.max_tool_calling_iterations, catch.max_completion_length) == (11, 256)
-    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 1e-3)
+    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 5e-4)
     assert (tiny.fitted(None).max_steps, tiny.fitted(None).learning_rate) == (30, 1.5e-3)
     assert (tiny.fitted(None).max_tool_calling_iterations, tiny.fitted(None).max_completion_length) == (3, 128)
     given = TrainSettings(max_tool_calling_iterations=5, max_completion_length=300).resolved().fitted(9, 200)
