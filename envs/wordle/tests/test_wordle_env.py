@@ -114,7 +114,9 @@ def test_reward_components_at_a_fast_win() -> None:
     observation = play(env, "[cat]", "[spend]", "[speed]")
     assert (observation.reward, observation.done, observation.guesses_left) == (1.0, True, 4)
     assert observation.reward_components == {"win": 1.0, "speed": pytest.approx(0.8), "greens": 1.0, "yellows": 0.0,
-                                             "partial": 1.0, "invalid_moves": 1.0}
+                                             "partial": 1.0, "invalid_moves": 1.0,
+                                             "guide_win": pytest.approx(1 + 0.5 * (1 - 2 / 6)), "guide_partial": 0.0,
+                                             "guide_invalid": pytest.approx(-0.1)}
     assert env.state.reward_components == observation.reward_components
 
 
@@ -122,10 +124,13 @@ def test_reward_components_at_a_loss() -> None:
     env = WordleEnvironment()
     env.reset(word="speed")
     observation = play(env, "[crane]", "[slate]", "[sweet]", "[ghost]", "[abbey]", "[erase]")
-    # only the last guess counts: erase vs speed → Y X X Y Y → (0 + 0.5 * 3) / 5 (sweet would have scored 0.6)
+    # only the last guess counts: erase vs speed → Y X X Y Y → (0 + 0.5 * 3) / 5 (sweet would have scored 0.6);
+    # the guide's partial reward counts the best guess's greens: sweet's three
     assert (observation.reward, observation.done, observation.guesses_left) == (pytest.approx(0.3), True, 0)
     assert observation.reward_components == {"win": 0.0, "speed": 0.0, "greens": 0.0, "yellows": pytest.approx(0.6),
-                                             "partial": pytest.approx(0.3), "invalid_moves": 0.0}
+                                             "partial": pytest.approx(0.3), "invalid_moves": 0.0,
+                                             "guide_win": 0.0, "guide_partial": pytest.approx(0.3),
+                                             "guide_invalid": 0.0}
 
 
 def test_reward_components_at_an_invalid_end() -> None:

@@ -27,9 +27,16 @@ def reward_components(game: WordleGame) -> dict[str, float]:
     - `greens`, `yellows`: the last valid guess's greens and yellows, each divided by 5.
     - `partial`: `(greens + 0.5 * yellows) / 5` of the last valid guess (TextArena's loss reward).
     - `invalid_moves`: invalid moves made this game (warned or game-ending).
+
+    And the three rewards of TRL's Wordle guide (GRPO on Qwen3-1.7B-Wordle-SFT), ready to weigh as they are:
+
+    - `guide_win`: on a win `1 + 0.5 * (1 - guesses / 6)`, else 0.
+    - `guide_partial`: when not won, `0.1 *` the most greens any valid guess got; 0 on a win.
+    - `guide_invalid`: `-0.1 *` the invalid moves made.
     """
     feedback = game.last_feedback() or ()
     won = game.won
+    best_greens = max((marks.count(GREEN) for _, marks in game.guesses), default=0)
     return {
         "win": float(won),
         "speed": (NUM_GUESSES - len(game.guesses)) / (NUM_GUESSES - 1) if won else 0.0,
@@ -37,6 +44,9 @@ def reward_components(game: WordleGame) -> dict[str, float]:
         "yellows": feedback.count(YELLOW) / WORD_LENGTH,
         "partial": partial_score(feedback or None),
         "invalid_moves": float(game.invalid_moves),
+        "guide_win": 1.0 + 0.5 * (1.0 - len(game.guesses) / NUM_GUESSES) if won else 0.0,
+        "guide_partial": 0.0 if won else 0.1 * best_greens,
+        "guide_invalid": -0.1 * game.invalid_moves,
     }
 
 

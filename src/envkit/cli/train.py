@@ -36,7 +36,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="'tiny' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a Hub "
                    "id. [default: tiny]")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields).")
+              help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields), or "
+                   "a shipped recipe's name: wordle-grpo (TRL's Wordle guide).")
 @click.option("--output-dir", default=None,
               help="Where the model, metrics and plot go. [default: envkit-train, or envkit-train-2, -3, ... when it "
                    "holds an earlier run]")
@@ -65,13 +66,17 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
               help="Extra chat template arguments, as a JSON object.")
 @click.option("--vllm-mode", type=click.Choice(["none", "colocate", "server"]), default=None,
-              help="Generate with vLLM (GPU): in the training process (colocate) or a `trl vllm-serve` server. "
+              help="Generate with vLLM (a GPU, or vLLM's CPU build): in the training process (colocate) or a "
+                   "`trl vllm-serve` server (GPU only). "
                    "[default: none]")
 @click.option("--vllm-gpu-memory-utilization", type=float, default=None,
               help="Share of GPU memory vLLM may take in colocate mode. [default: 0.3]")
 @click.option("--vllm-max-model-length", type=int, default=None, help="vLLM context length (prompt + episode).")
 @click.option("--vllm-sleep/--no-vllm-sleep", "vllm_enable_sleep_mode", default=None,
               help="Offload vLLM's weights and cache during optimizer steps (colocate). [default: off]")
+@click.option("--vllm-kv-cache-gib", type=int, default=None, metavar="GIB",
+              help="vLLM's CPU build: host memory for its KV cache, in GiB (sets VLLM_CPU_KVCACHE_SPACE). "
+                   "[default: $VLLM_CPU_KVCACHE_SPACE, else 1 for tiny, 4 for others]")
 @click.option("--vllm-server-url", default=None, help="URL of the vLLM server (server mode).")
 @click.option("--reward", "reward", multiple=True, metavar="SPEC",
               help="Reward: env (the environment's own), a documented component (win, wordle.win), or "

@@ -32,6 +32,7 @@ from .model_check import check_model
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
 from .settings import SEED_EPISODES, TrainSettings
+from .vllm_setup import prepare_vllm, sync_by_reload
 
 __all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
 
@@ -162,7 +163,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     on whole episodes of those with a scripted player. The turn and token budgets not set are fitted
     to the episode length the environments declare (`TrainSettings.fitted`).
     """
-    _check_vllm(settings)
+    vllm_device = prepare_vllm(settings, say) if settings.vllm_mode != "none" else None
     classes = {name: _bind(settings, name, url) for name, url in urls.items()}
     for name, cls in classes.items():
         tools = ", ".join(tool_names(cls))
@@ -213,6 +214,8 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     with _quiet_unscorable_warning():
         trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=dataset,
                               processing_class=tokenizer, environment_factory=factory)
+    if vllm_device == "cpu":
+        sync_by_reload(trainer, say)
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
     report = RunReport(Path(settings.output_dir), tally, settings.max_steps, [f.__name__ for f in functions],
@@ -271,21 +274,6 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     except (TypeError, ValueError) as error:  # pyarrow's errors derive from these
         raise ConfigurationError(f"the dataset's rows do not make a table ({error}); give each column one type "
                                  "in every row") from None
-
-
-def _check_vllm(settings: TrainSettings) -> None:
-    """vLLM generates on NVIDIA GPUs only; say so before anything is built."""
-    if settings.vllm_mode == "none":
-        return
-    import importlib.util
-
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigurationError(f"--vllm-mode {settings.vllm_mode} needs an NVIDIA GPU (vLLM has no CPU build); "
-                                 "leave it out to generate with transformers on CPU")
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigurationError(f"--vllm-mode {settings.vllm_mode} needs vLLM: pip install 'envkit[gpu]'")
 
 
 def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:

@@ -8,7 +8,8 @@ the environments once they are bound (`fitted`): to the episode length they decl
 tiny model to the length of its warm-up episodes in tokens.
 
 A config file uses the same names as the flags (`max_steps` or `max-steps`), plus an optional
-`grpo:` table of any other `GRPOConfig` field:
+`grpo:` table of any other `GRPOConfig` field (`--config wordle-grpo` names a config shipped in
+envkit/train/recipes/: TRL's Wordle guide):
 
     model: Qwen/Qwen3-1.7B
     env: [wordle]
@@ -116,6 +117,7 @@ class TrainSettings:
     vllm_gpu_memory_utilization: float = 0.3
     vllm_max_model_length: int | None = None
     vllm_enable_sleep_mode: bool = False
+    vllm_kv_cache_gib: int | None = None   # vLLM's CPU build only; None: VLLM_CPU_KVCACHE_SPACE, else a default
     vllm_server_url: str | None = None
     reward: list[str] = field(default_factory=lambda: ["env"])
     dataset: str | None = None
@@ -172,6 +174,8 @@ class TrainSettings:
             raise ConfigurationError(f"--vllm-mode must be one of {', '.join(VLLM_MODES)}, got {self.vllm_mode!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigurationError("--vllm-gpu-memory-utilization must be in (0, 1], e.g. 0.3")
+        if self.vllm_kv_cache_gib is not None and self.vllm_kv_cache_gib < 1:
+            raise ConfigurationError("--vllm-kv-cache-gib must be a whole number of GiB, 1 or more")
         if self.protocol not in PROTOCOLS:
             raise ConfigurationError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         if self.protocol == "ors" and not self.env_url:
@@ -288,8 +292,8 @@ def check_grpo_fields(grpo: dict[str, Any], where: str) -> None:
         raise ConfigurationError(f"{where}: grpo: {names} ({hints or 'trl GRPOConfig documents the valid ones'})")
 
 
-               "max_tool_calling_iterations", "vllm_max_model_length", "num_episodes", "seed", "eval_games",
-               "transcripts_per_step"}
+               "max_tool_calling_iterations", "vllm_max_model_length", "vllm_kv_cache_gib", "num_episodes", "seed",
+               "eval_games", "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
 
 
@@ -307,11 +311,17 @@ def _coerced(name: str, value: Any, where: str) -> Any:
     return number
 
 
+#: Configs shipped with envkit, named by `--config NAME` (the file name without .yaml), e.g. `wordle-grpo`.
+RECIPES = Path(__file__).resolve().parent / "recipes"
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into settings values (names as `TrainSettings` fields)."""
+    """Read a YAML config file, or a shipped recipe by name, into settings values (names as `TrainSettings` fields)."""
     import yaml
 
     path = Path(path)
+    if not path.exists() and (RECIPES / f"{path}.yaml").is_file():
+        path = RECIPES / f"{path}.yaml"
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as error:
