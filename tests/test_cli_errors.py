@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import subprocess_env
 
 from envkit import EnvClient
 from envkit.cli.main import COMMANDS
