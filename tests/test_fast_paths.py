@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 import raw_ws
+from conftest import needs_fast_path
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -39,6 +40,19 @@ def checked_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def echo_app() -> Any:
     target = resolve_target("echo")
     return create_app(target.env_class, target.action_cls, target.observation_cls, max_concurrent_envs=8)
+
+
+def on_here(name: str) -> dict[str, bool]:
+    """Skip where the fast path `name` is off already (older uvicorn or websockets): there is nothing to turn off.
+    Returns which paths are on here, as `turned_on`."""
+    needs_fast_path(name)
+    here = turned_on(fast_paths())
+    decide_again()   # decided again after the test's monkeypatches
+    return here
+
+
+def turned_on(paths: FastPaths) -> dict[str, bool]:
+    return {"frames": paths.frames, "inline": paths.inline, "at_once": paths.at_once}
 
 
 def off_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -106,11 +120,12 @@ def test_a_changed_apply_mask_turns_the_frame_reader_off_and_frames_are_read_rig
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """websockets' `apply_mask`, as `ws_frames` uses it, changed to return the payload still masked: the check sees
     the frame misread, websockets reads every frame, and the echoed messages are the ones sent."""
+    here = on_here("frames")
     monkeypatch.setattr(envkit.ws_frames, "apply_mask", lambda data, mask: bytes(data))
     with running_server(echo_app(), log_level="info") as url:
         assert ws_episode(url) == ["first", "second"]
     paths = fast_paths()
-    assert (paths.frames, paths.inline, paths.at_once) == (False, True, True)
+    assert turned_on(paths) == {**here, "frames": False}
     [line] = off_lines(capsys)
     assert "frames: FastPathBroken: FrameReader read" in line
 
@@ -145,12 +160,13 @@ def _renamed_message_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_changed_uvicorn_message_buffer_turns_inline_answers_off_and_sessions_carry_on(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    here = on_here("inline")
     _renamed_message_buffer(monkeypatch)
     with running_server(echo_app(), log_level="info") as url:
         assert ws_episode(url, fragmented=True) == ["first", "second"]
         assert ws_episode(url) == ["first", "second"]
     paths = fast_paths()
-    assert (paths.frames, paths.inline, paths.at_once) == (False, False, True)
+    assert turned_on(paths) == {**here, "frames": False, "inline": False}
     [line] = off_lines(capsys)
     assert "inline: " in line and "frames: it needs inline answers" in line
 
@@ -159,6 +175,7 @@ def test_a_changed_status_line_turns_answers_at_once_off_and_every_response_is_w
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """uvicorn's `STATUS_LINE`, as `http_at_once` uses it, changed to lines without their CRLF (uvicorn adding it
     elsewhere): the check sees a malformed response, and uvicorn's cycle answers every request."""
+    here = on_here("at_once")
     monkeypatch.setattr(envkit.http_at_once, "STATUS_LINE", {status: line.rstrip(b"\r\n")
                                                              for status, line in STATUS_LINE.items()})
     with running_server(echo_app(), log_level="info") as url:
@@ -166,6 +183,6 @@ def test_a_changed_status_line_turns_answers_at_once_off_and_every_response_is_w
             assert mcp_reset(url)["result"]["isError"] is False
         assert pipelined_health(url) == [b"HTTP/1.1 200 OK"] * 2
     paths = fast_paths()
-    assert (paths.frames, paths.inline, paths.at_once) == (True, True, False)
+    assert turned_on(paths) == {**here, "at_once": False}
     [line] = off_lines(capsys)
     assert "at_once: FastPathBroken: a response began" in line
