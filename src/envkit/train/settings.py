@@ -22,8 +22,8 @@ envkit/train/recipes/: TRL's Wordle guide):
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import difflib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,16 +268,6 @@ class TrainSettings:
         return GRPOConfig(**kwargs)
 
 
-def _holds_run(folder: Path) -> bool:
-    return any((folder / name).exists() for name in RUN_FILES)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-_LIST_FIELDS = {"env", "env_url", "reward"}
-_INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
 def check_grpo_fields(grpo: dict[str, Any], where: str) -> None:
     """Raise `ConfigurationError` naming the keys of a `grpo:` table that are not `trl.GRPOConfig` fields."""
     from trl import GRPOConfig
@@ -292,6 +282,16 @@ def check_grpo_fields(grpo: dict[str, Any], where: str) -> None:
         raise ConfigurationError(f"{where}: grpo: {names} ({hints or 'trl GRPOConfig documents the valid ones'})")
 
 
+def _holds_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_LIST_FIELDS = {"env", "env_url", "reward"}
+_INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
                "max_tool_calling_iterations", "vllm_max_model_length", "vllm_kv_cache_gib", "num_episodes", "seed",
                "eval_games", "transcripts_per_step"}
 _FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
@@ -343,6 +343,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         if name in ("grpo", "chat_template_kwargs") and not isinstance(value, dict):
             raise ConfigurationError(f"--config {path}: {key} must be a mapping")
         values[name] = _coerced(name, value, f"--config {path}")
+    if values.get("grpo"):   # refused now, not after the environments are served and the model is built
+        check_grpo_fields(values["grpo"], f"--config {path}")
     return values
 
 
@@ -355,5 +357,3 @@ def settings_from(config_path: str | Path | None, flags: dict[str, Any]) -> Trai
     if values.get("env_url") and "env" not in values:
         values["env"] = []  # names come from the servers
     return TrainSettings(**values).resolved()
-    if values.get("grpo"):   # refused now, not after the environments are served and the model is built
-        check_grpo_fields(values["grpo"], f"--config {path}")
