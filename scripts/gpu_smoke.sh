@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# GPU smoke test of `envkit train` with vLLM colocated in the training process (TRL 1.16, vLLM 0.31).
+# Smoke test of `envkit train` with vLLM colocated in the training process (TRL 1.16, vLLM 0.31), on an NVIDIA
+# GPU or on CPU with vLLM's CPU build.
 #
-# Needs: one NVIDIA GPU and `pip install -e ".[gpu]"` done beforehand. Needs no network: the model is
-# built here (`--model tiny`, saved to disk so vLLM can load it), the environment is served here.
+# Needs: `pip install -e ".[gpu]"` (GPU) or the README's "vLLM on CPU" install (CPU) done beforehand. Needs no
+# network: the model is built here (`--model tiny`, saved to disk so vLLM can load it), the environment is
+# served here.
 #
 #   scripts/gpu_smoke.sh [OUTPUT_DIR] [MAX_STEPS]
 #
 # It serves the echo environment on 127.0.0.1 in the background, trains a few GRPO steps against it
 # with generation by colocated vLLM, and prints the run's figures (time per step, share of it spent
-# in environment calls, reward at the start and end, episodes lost, GPU memory).
+# in environment calls, reward at the start and end, episodes lost, GPU memory where there is a GPU).
 
 set -euo pipefail
 
@@ -19,17 +21,22 @@ PYTHON="${PYTHON:-python}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TRL_EXPERIMENTAL_SILENCE=1
 
-command -v nvidia-smi >/dev/null || { echo "gpu_smoke: no nvidia-smi; this check needs an NVIDIA GPU" >&2; exit 1; }
 "$PYTHON" - <<'EOF' || exit 1
 import sys
-import torch
-if not torch.cuda.is_available():
-    sys.exit("gpu_smoke: torch sees no CUDA device")
 try:
     import vllm
+    from vllm.platforms import current_platform
 except ImportError as error:
-    sys.exit(f"gpu_smoke: vLLM is not installed ({error}); pip install -e '.[gpu]'")
-print(f"gpu_smoke: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, vllm {vllm.__version__}")
+    sys.exit(f"gpu_smoke: vLLM is not installed ({error}); pip install -e '.[gpu]' on an NVIDIA GPU, or on CPU "
+             "the README's 'vLLM on CPU' lines")
+import torch
+if current_platform.is_cuda_alike():
+    device = torch.cuda.get_device_name(0)
+elif current_platform.is_cpu():
+    device = f"CPU (vLLM's CPU build), {torch.get_num_threads()} threads"
+else:
+    sys.exit("gpu_smoke: the installed vLLM finds no device it can run on here")
+print(f"gpu_smoke: {device}, torch {torch.__version__}, vllm {vllm.__version__}")
 EOF
 
 PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -68,5 +75,7 @@ print(f"  episodes             {summary['episodes']} played, {summary['lost']} l
 for name, path in summary["files"].items():
     print(f"  {name:20} {path}")
 EOF
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+fi
 "$PYTHON" -c "import httpx; print('server health:', httpx.get('http://127.0.0.1:$PORT/health', trust_env=False).text)"

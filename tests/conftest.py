@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 import venv
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 
 from envkit import create_app
@@ -120,3 +123,28 @@ def mcp1_python() -> str:
 def mcp2_python() -> str:
     """The `mcp` SDK 2.x (`$ENVKIT_MCP2_PYTHON`, else benchmarks/.venv-mcp2)."""
     return third_party_python("mcp2", "mcp==2.3.0", "mcp", "ENVKIT_MCP2_PYTHON")
+
+
+@contextmanager
+def chat_server_process(command: list[str], port: int, log_path: Path, *, env: dict[str, str],
+                        start_timeout: float) -> Iterator[str]:
+    """Run an OpenAI-compatible server (`transformers serve`, vLLM's) on 127.0.0.1:`port` until the block ends;
+    yields its root URL once `/health` answers 200. Its output goes to `log_path`, shown if it does not start."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        root = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + start_timeout
+            while True:
+                try:
+                    if httpx.get(root + "/health", trust_env=False, timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{command[0]} did not start: {log_path.read_text()[-4000:]}")
+                time.sleep(0.5)
+            yield root
+        finally:
+            process.terminate()
+            process.wait(timeout=60)

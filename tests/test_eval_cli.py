@@ -10,14 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import pytest
 
-from conftest import subprocess_env
+from conftest import chat_server_process, subprocess_env
 from envkit.testing import ServedProcess, free_port
 from envkit.transcripts import FORMAT, read_transcripts
 
@@ -174,25 +173,9 @@ def chat_server(trained: tuple[Path, subprocess.CompletedProcess[str]]) -> Itera
     port = free_port()
     command = [str(Path(sys.executable).parent / "transformers"), "serve", str(model), "--host", "127.0.0.1",
                "--port", str(port), "--device", "cpu"]
-    log = (trained[0] / "serve.log").open("w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(root + "/health", trust_env=False, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"transformers serve did not start: {(trained[0] / 'serve.log').read_text()}")
-            time.sleep(0.5)
+    with chat_server_process(command, port, trained[0] / "serve.log", env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                             start_timeout=90) as root:
         yield root + "/v1", model
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 def test_a_real_openai_compatible_server_plays_through_its_chat_api(chat_server: tuple[str, Path],

