@@ -73,7 +73,7 @@ def test_grpo_steps_against_a_served_echo(tmp_path: Path) -> None:
     rows = rows_of(tmp_path / "out" / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2, 3] and summary.steps == 3
     assert summary.tool_calls > 0 and sum(row["tool_calls_per_episode"] for row in rows) > 0
-    assert summary.episodes == 3 * 16 and summary.lost == 0
+    assert summary.episodes == 3 * 32 and summary.lost == 0
     for row, seen in zip(rows, SEEN, strict=True):  # the trainer's reward is the environment's, episode by episode
         assert row["reward"] == pytest.approx(sum(seen) / len(seen), abs=1e-4)
         assert row["echo_reward"] == pytest.approx(row["reward"], abs=1e-4)
@@ -94,7 +94,7 @@ def test_the_default_command_trains_and_reports(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
-    assert summary["steps"] == 2 and summary["episodes"] == 32 and summary["lost"] == 0
+    assert summary["steps"] == 2 and summary["episodes"] == 64 and summary["lost"] == 0
     assert "reward" in summary["start"] and "echo_reward" in summary["end"]
     assert "serving echo on http://127.0.0.1:" in result.stderr
     assert "step    2/2  reward" in result.stderr
@@ -113,7 +113,7 @@ def test_two_environments_routed_per_row_from_a_dataset(tmp_path: Path) -> None:
                                 output_dir=str(tmp_path / "out"), save_model=False,
                                 reward=["env", "wordle.partial=0.5", "test_train_e2e:record=0"]),
                   say=lambda message: None, show_steps=False)
-    assert summary.steps == 2 and summary.episodes == 32
+    assert summary.steps == 2 and summary.episodes == 64
     played = [episode for batch in PLAYED for episode in batch]
     assert {name for name, _, _ in played} == {"wordle", "catch"}
     for name, row, texts in played:  # each row reached its own environment's reset, and only its columns
@@ -146,7 +146,7 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
             if tally.tool_calls == 3 and first.process.poll() is None:  # the first step's 4th tool call
                 first.kill()
                 threading.Thread(target=second.start, daemon=True).start()  # back while the run waits in reset
-            elif tally.episodes > 2 * 16 and second.url and second.process.poll() is None:  # in the third step
+            elif tally.episodes > 2 * 32 and second.url and second.process.poll() is None:  # in the third step
                 bound.reconnect_timeout = 1  # no waiting 30s for a server that will not come back
                 second.kill()
             return call(self, tool, arguments)
