@@ -479,13 +479,13 @@ def protocol_classes(limits: HeadLimits, paths: FastPaths | None = None
     spell (`_KeepAliveTimer`), whole responses leave in one write (`_HeadWithBody`), and a `RUN_INLINE`
     environment's frames are answered and read inside the WebSocket protocol (`_QuietWebSocket`)."""
     paths = fast_paths() if paths is None else paths
+    at_once = paths.at_once and HttpToolsProtocol is not None and AnsweredAtOnce is not None
     if HttpToolsProtocol is None:
         bases: tuple[type, ...] = (_LimitedHeads, H11Protocol)
-    elif paths.at_once and AnsweredAtOnce is not None:
+    elif at_once:
         bases = (_LimitedHeads, AnsweredAtOnce, _KeepAliveTimer, HttpToolsProtocol)
     else:
         bases = (_LimitedHeads, HttpToolsProtocol)
-    at_once = len(bases) == 4
     http = type(f"Limited{bases[-1].__name__}", bases, {"limits": limits, "hold_heads": at_once})
     ws = type("QuietWebSocketsSansIOProtocol", (_QuietWebSocket,),
               {"metrics": limits.metrics, "inline_frames": paths.inline, "read_frames": paths.frames})
