@@ -48,10 +48,10 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Training steps. [default: tiny: 40 on games with an episode length (catch, wordle), else 30; "
                    "others: 200]")
 @click.option("--learning-rate", type=float, default=None,
-              help="[default: tiny: 5e-4 on games with an episode length, else 1e-3; others: 1e-6]")
-@click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 8]")
+              help="[default: tiny: 5e-4 on games with an episode length, else 1.5e-3; others: 1e-6]")
+@click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 16 for tiny, else 8]")
 @click.option("--batch-size", type=int, default=None,
-              help="Episodes per device per step (a multiple of --num-generations). [default: 16 for tiny, else 8]")
+              help="Episodes per device per step (a multiple of --num-generations). [default: 32 for tiny, else 8]")
 @click.option("--gradient-accumulation-steps", type=int, default=None, help="[default: 1]")
 @click.option("--max-completion-length", type=int, default=None,
               help="Token budget of a whole episode, tool results included. [default: fitted to the environment's "
