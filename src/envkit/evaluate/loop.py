@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ..train.binding import Episode, ServedEnvironment, tool_names
 
-__all__ = ["Game", "Conversation", "Player", "play"]
+__all__ = ["Game", "Conversation", "Player", "play", "start", "take_turns"]
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Conversation:
     environment: ServedEnvironment
     messages: list[dict[str, Any]]
     tools: list[Any]
+    tool_calls: int = 0
     failed_calls: int = 0
     #: Whatever the player keeps between its answers (token ids, for a local model).
     state: dict[str, Any] = field(default_factory=dict)
@@ -81,22 +82,18 @@ def _bound_tools(environment: ServedEnvironment) -> list[Any]:
     return [getattr(environment, name) for name in tool_names(type(environment))]
 
 
-def start(games: Sequence[Game], classes: dict[str, type[ServedEnvironment]], pool: ThreadPoolExecutor,
-          created: list[ServedEnvironment]) -> list[Conversation]:
-    """Reset one environment instance per game (in parallel) and build each conversation's first prompt.
+def start(games: Sequence[Game], environments: Sequence[ServedEnvironment], pool: ThreadPoolExecutor
+          ) -> list[Conversation]:
+    """Reset each game's environment instance with the game's task (all at once, on `pool`) and build each
+    conversation's first prompt."""
 
-    Every instance made is added to `created`, so the caller can close its session whatever happens.
-    """
-
-    def begin(game: Game) -> Conversation:
-        environment = classes[game.env]()
-        created.append(environment)
-        observation = environment.reset(**game.task)
+    def begin(game: Game, environment: ServedEnvironment) -> Conversation:
+        observation = environment._start(game.task)
         prompt = copy.deepcopy(game.prompt)
         prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
         return Conversation(game, environment, prompt, _bound_tools(environment))
 
-    return list(pool.map(begin, games))
+    return list(pool.map(begin, games, environments))
 
 
 def _run_calls(conversation: Conversation, tool_calls: list[dict[str, Any]]) -> None:
@@ -108,6 +105,7 @@ def _run_calls(conversation: Conversation, tool_calls: list[dict[str, Any]]) -> 
     tools = {tool.__name__: tool for tool in conversation.tools}
     episode = conversation.episode
     for call in tool_calls:
+        conversation.tool_calls += 1
         function = call.get("function") or {}
         name = function.get("name", call.get("name", "unknown"))
         arguments = function.get("arguments")
@@ -134,21 +132,29 @@ def play(player: Player, games: Sequence[Game], classes: dict[str, type[ServedEn
     """
     if not games:
         return []
+    environments = [classes[game.env]() for game in games]
     with ThreadPoolExecutor(max_workers=min(64, len(games)), thread_name_prefix="envkit-eval") as pool:
-        created: list[ServedEnvironment] = []
         try:
-            conversations = start(games, classes, pool, created)
-            waiting = _answered(conversations, player.respond(conversations))
-            iteration = 0
-            while waiting and iteration < max_tool_calling_iterations:
-                list(pool.map(lambda item: _run_calls(*item), waiting))
-                answered = [conversation for conversation, _ in waiting]
-                waiting = _answered(answered, player.respond(answered))
-                iteration += 1
+            conversations = start(games, environments, pool)
+            take_turns(player, conversations, pool, max_tool_calling_iterations=max_tool_calling_iterations)
         finally:
-            for environment in created:
+            for environment in environments:
                 environment._close()
     return conversations
+
+
+def take_turns(player: Player, conversations: Sequence[Conversation], pool: ThreadPoolExecutor, *,
+               max_tool_calling_iterations: int) -> None:
+    """Play started conversations to their end: the player answers all of them at once, then the tool calls
+    of every answer that made some run on `pool` (one task per conversation, its calls in order), at most
+    `max_tool_calling_iterations` times."""
+    waiting = _answered(conversations, player.respond(conversations))
+    iteration = 0
+    while waiting and iteration < max_tool_calling_iterations:
+        list(pool.map(lambda item: _run_calls(*item), waiting))
+        answered = [conversation for conversation, _ in waiting]
+        waiting = _answered(answered, player.respond(answered))
+        iteration += 1
 
 
 def _answered(conversations: Sequence[Conversation], answers: Sequence[dict[str, Any] | None]

@@ -24,30 +24,25 @@ from typing import Any
 
 from .loop import Conversation
 
-__all__ = ["ModelPlayer"]
+__all__ = ["TokenPlayer", "ModelPlayer"]
 
 
-class ModelPlayer:
-    """Generates for a batch of conversations at once with `model.generate` (left-padded)."""
+class TokenPlayer:
+    """Keeps each conversation as token ids, as TRL does, and generates for a batch of them at once.
 
-    def __init__(self, label: str, model: Any, tokenizer: Any, *, max_completion_length: int,
-                 chat_template_kwargs: dict[str, Any] | None = None, temperature: float = 0.0) -> None:
-        from trl.chat_template_utils import add_response_schema, get_training_chat_template, \
-            is_chat_template_prefix_preserving
+    Each conversation's `state` holds `prompt_ids`, `completion_ids` (everything after the prompt, tool tokens
+    included), `mask` (1 for a generated token, 0 for a tool token) and, when the generator reports them,
+    `logprobs` (0.0 for tool tokens). Subclasses say how to generate (`_generate`).
+    """
 
+    def __init__(self, label: str, tokenizer: Any, *, chat_template: str | None, chat_template_kwargs: dict[str, Any],
+                 max_completion_length: int, max_model_length: int) -> None:
         self.label = label
-        self.model = model
-        if all(getattr(tokenizer, name, None) is None for name in ("response_template", "response_schema")):
-            tokenizer = add_response_schema(tokenizer)
         self.tokenizer = tokenizer
-        self.chat_template = (None if is_chat_template_prefix_preserving(tokenizer)
-                              else get_training_chat_template(tokenizer))
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.chat_template = chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs)
         self.max_completion_length = max_completion_length
-        self.temperature = temperature
-        eos = model.generation_config.eos_token_id
-        self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
-        self.max_model_length = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.max_model_length = max_model_length
 
     def respond(self, conversations: Sequence[Conversation]) -> list[dict[str, Any] | None]:
         inputs: list[list[int] | None] = [self._input_ids(conversation) for conversation in conversations]
@@ -57,17 +52,27 @@ class ModelPlayer:
             return answers
         budgets = [self.max_completion_length - (len(inputs[index]) - len(conversations[index].state["prompt_ids"]))
                    for index in live]
-        generated = self._generate([inputs[index] for index in live], max(budgets))
+        generated, logprobs = self._generate([inputs[index] for index in live], max(budgets))
         from trl.chat_template_utils import parse_response
 
-        for index, new_ids, budget in zip(live, generated, budgets, strict=True):
+        for position, (index, new_ids, budget) in enumerate(zip(live, generated, budgets, strict=True)):
             conversation, input_ids = conversations[index], inputs[index]
             new_ids = new_ids[:budget]
             state = conversation.state
+            tool_length = len(input_ids) - len(state["prompt_ids"]) - len(state["completion_ids"])
             state["completion_ids"] = input_ids[len(state["prompt_ids"]):] + new_ids
+            state["mask"] += [0] * tool_length + [1] * len(new_ids)
+            if logprobs is not None:
+                state.setdefault("logprobs", []).extend([0.0] * tool_length + logprobs[position][:budget])
             if new_ids:
                 answers[index] = parse_response(self.tokenizer, new_ids, prefix=input_ids, tools=conversation.tools)
         return answers
+
+    def _generate(self, batch: list[list[int]], max_new_tokens: int
+                  ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One generation for every sequence of `batch`: the new ids of each (ending at its end-of-sequence token,
+        kept), and their log-probabilities when the generator reports them."""
+        raise NotImplementedError
 
     def _input_ids(self, conversation: Conversation) -> list[int] | None:
         """The ids to generate from: the prompt, or everything so far plus the new tool messages (None when
@@ -77,7 +82,7 @@ class ModelPlayer:
             rendered = self.tokenizer.apply_chat_template(
                 conversation=[conversation.messages], tools=conversation.tools or None,
                 chat_template=self.chat_template, add_generation_prompt=True, tokenize=True, return_dict=True, **self.chat_template_kwargs)
-            state["prompt_ids"], state["completion_ids"] = list(rendered["input_ids"][0]), []
+            state["prompt_ids"], state["completion_ids"], state["mask"] = list(rendered["input_ids"][0]), [], []
             return state["prompt_ids"]
         tool_messages = []
         for message in reversed(conversation.messages):
@@ -106,7 +111,27 @@ class ModelPlayer:
                              "it cannot be used for multi-turn tool calling")
         return full[len(prefix):]
 
-    def _generate(self, batch: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+
+class ModelPlayer(TokenPlayer):
+    """Generates for a batch of conversations at once with `model.generate` (left-padded)."""
+
+    def __init__(self, label: str, model: Any, tokenizer: Any, *, max_completion_length: int,
+                 chat_template_kwargs: dict[str, Any] | None = None, temperature: float = 0.0) -> None:
+        from trl.chat_template_utils import add_response_schema, get_training_chat_template, \
+            is_chat_template_prefix_preserving
+
+        if all(getattr(tokenizer, name, None) is None for name in ("response_template", "response_schema")):
+            tokenizer = add_response_schema(tokenizer)
+        super().__init__(label, tokenizer, chat_template=(None if is_chat_template_prefix_preserving(tokenizer)
+                                                          else get_training_chat_template(tokenizer)),
+                         chat_template_kwargs=chat_template_kwargs or {}, max_completion_length=max_completion_length,
+                         max_model_length=int(getattr(model.config, "max_position_embeddings", 1 << 30)))
+        self.model = model
+        self.temperature = temperature
+        eos = model.generation_config.eos_token_id
+        self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
+
+    def _generate(self, batch: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], None]:
         """Generate for every sequence at once; each result ends at its first end-of-sequence token (kept)."""
         import torch
 
@@ -124,4 +149,4 @@ class ModelPlayer:
         for row in output[:, width:].tolist():
             ends = [position for position, token in enumerate(row) if token in self.eos_token_ids]
             results.append(row[: ends[0] + 1] if ends else row)
-        return results
+        return results, None

@@ -25,6 +25,7 @@ import inspect
 import json
 import logging
 import re
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,8 @@ from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema,
 __all__ = ["Episode", "Tally", "ServedEnvironment", "bind", "make_class", "environment_factory", "tool_names"]
 
 logger = logging.getLogger("envkit.train")
+
+_TALLY_LOCK = threading.Lock()
 
 #: Dataset columns that are TRL's, not the environment's.
 NOT_FOR_ENV = frozenset({"prompt", "environment"})
@@ -136,18 +139,31 @@ class ServedEnvironment:
     def __init__(self) -> None:
         self.episode: Episode | None = None
         self._client: Any = None
+        #: Set by `envkit.train.rollouts`: `reset` keeps the row for `_start` (which a batch's rollouts call together).
+        self._defer_reset = False
+        self._row: dict[str, Any] | None = None
         type(self)._instances.add(self)
 
-    def reset(self, **row: Any) -> str:
-        """Start a new episode on a fresh session and return its first observation as text."""
+    def reset(self, **row: Any) -> str | None:
+        """Start a new episode on a fresh session and return its first observation as text.
+
+        On an instance whose resets are deferred (`envkit.train.rollouts`), only keep the row and return None.
+        """
+        if self._defer_reset:
+            self._row = row
+            return None
+        return self._start(row)
+
+    def _start(self, row: dict[str, Any]) -> str:
+        """Start the episode of `row` (the dataset row TRL gives `reset`)."""
+        self._row = None
         self._close()
         kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None}
         episode = self.episode = Episode(self.env_name, kwargs)
         started = time.perf_counter()
         result = self._open_and_reset(kwargs)
         episode.env_seconds += time.perf_counter() - started
-        self.tally.env_seconds += time.perf_counter() - started
-        self.tally.episodes += 1
+        self._count(env_seconds=time.perf_counter() - started, episodes=1)
         assert self._client is not None
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)
@@ -209,15 +225,13 @@ class ServedEnvironment:
             self._refuse(tool, arguments, f"Episode lost: {error.reason}. It ends here and is not replayed.")
         except EnvError as error:
             episode.tool_errors += 1
-            self.tally.tool_errors += 1
-            self.tally.error_codes[error.code] = self.tally.error_codes.get(error.code, 0) + 1
+            self._count(tool_errors=1, error_code=error.code)
             self._refuse(tool, arguments, error.message)
         finally:
             elapsed = time.perf_counter() - started
             episode.env_seconds += elapsed
-            self.tally.env_seconds += elapsed
             episode.tool_calls += 1
-            self.tally.tool_calls += 1
+            self._count(env_seconds=elapsed, tool_calls=1)
         if result.reward is not None:
             episode.reward += float(result.reward)
         self._observed(result.observation, result.metrics)
@@ -249,17 +263,27 @@ class ServedEnvironment:
     def _finish(self) -> None:
         assert self.episode is not None
         self.episode.done = True
-        self.tally.finished += 1
+        self._count(finished=1)
         self._close()
 
     def _lose(self, error: SessionLostError) -> None:
         assert self.episode is not None
         self.episode.lost = error.reason
-        self.tally.lost += 1
-        self.tally.lost_reasons.append(error.reason)
+        self._count(lost=1, lost_reason=error.reason)
         logger.warning("%s: episode lost mid-game after %d tool calls (%s); it counts as lost and is not scored",
                        self.env_name, self.episode.tool_calls, error)
         self._close()
+
+    def _count(self, *, error_code: str | None = None, lost_reason: str | None = None, **amounts: float) -> None:
+        """Add to the run-wide tally; the episodes of a batch may play on several threads at once."""
+        tally = self.tally
+        with _TALLY_LOCK:
+            for name, amount in amounts.items():
+                setattr(tally, name, getattr(tally, name) + amount)
+            if error_code is not None:
+                tally.error_codes[error_code] = tally.error_codes.get(error_code, 0) + 1
+            if lost_reason is not None:
+                tally.lost_reasons.append(lost_reason)
 
     def _close(self) -> None:
         client, self._client = self._client, None
@@ -404,9 +428,9 @@ def make_class(base: type[ServedEnvironment], env_name: str, url: str, listing: 
 
 
 def tool_names(cls: type[ServedEnvironment]) -> list[str]:
-    """The tools of a bound class, sorted (the order TRL lists them in)."""
-    return sorted(name for name, value in vars(cls).items() if inspect.isfunction(value) and not name.startswith("_")
-                  and name != "reset")
+    """The tools of a bound class (or of a subclass of one), sorted (the order TRL lists them in)."""
+    return sorted(name for name, _ in inspect.getmembers(cls, inspect.isfunction) if not name.startswith("_")
+                  and name not in RESERVED_NAMES)
 
 
 def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
