@@ -40,6 +40,13 @@ def test_tiny_defaults_make_the_short_cpu_run() -> None:
     assert (real.learning_rate, real.max_completion_length, real.chat_kwargs()) == (1e-6, 1024, {})
 
 
+@pytest.mark.parametrize("batch, accumulation, group", [(8, 1, 8), (24, 1, 12), (6, 3, 9), (64, 1, 16), (7, 1, 7)])
+def test_a_batch_size_alone_gets_a_group_size_that_divides_it(batch: int, accumulation: int, group: int) -> None:
+    """`--batch-size 8` on the tiny model (default groups of 16) trains in groups of 8 instead of being refused."""
+    settings = TrainSettings(batch_size=batch, gradient_accumulation_steps=accumulation).resolved()
+    assert settings.num_generations == group
+
+
 def test_config_file_then_flags(tmp_path: Path) -> None:
     config = write(tmp_path / "train.yaml", "model: ./my-model\nmax-steps: 50\nlearning_rate: 1e-5\nenv: wordle\n"
                    "reward: [env, win=0.5]\nchat_template_kwargs: {enable_thinking: true}\n"
@@ -65,7 +72,9 @@ def test_grpo_config_carries_the_settings() -> None:
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"batch_size": 12}, r"--batch-size × --gradient-accumulation-steps \(12 × 1\) must be a multiple"),
+    ({"batch_size": 12, "num_generations": 8},
+     r"--batch-size × --gradient-accumulation-steps \(12 × 1\) must be a multiple"),
+    ({"batch_size": 1}, r"\(1 × 1\) must be a multiple of --num-generations \(16\)"),
     ({"num_generations": 1}, "at least 2"),
     ({"max_steps": 0}, "--max-steps must be a positive integer"),
     ({"learning_rate": -1.0}, "--learning-rate must be positive"),
@@ -245,7 +254,7 @@ def envkit_train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "12"], "must be a multiple of --num-generations (16)"),
+    (["--batch-size", "12", "--num-generations", "8"], "must be a multiple of --num-generations (8)"),
     (["--env", "no-such-env"], "'no-such-env' is neither a bundled env"),
     (["--reward", "speed"], "no environment reports a reward component of that name"),
     (["--dataset", "missing.jsonl"], "--dataset missing.jsonl: no such file"),

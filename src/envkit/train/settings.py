@@ -141,6 +141,9 @@ class TrainSettings:
         defaults = {name: value for name, value in model_defaults(self.tiny).items() if name not in FITTED}
         values = {name: getattr(self, name) if getattr(self, name) is not None else default
                   for name, default in defaults.items()}
+        if self.num_generations is None and self.batch_size is not None:
+            values["num_generations"] = _group_size(self.batch_size * self.gradient_accumulation_steps,
+                                                    defaults["num_generations"])
         done = dataclasses.replace(self, **values)
         done.check()
         return done
@@ -284,6 +287,13 @@ def check_grpo_fields(grpo: dict[str, Any], where: str) -> None:
 
 def _holds_run(folder: Path) -> bool:
     return any((folder / name).exists() for name in RUN_FILES)
+
+
+def _group_size(episodes: int, default: int) -> int:
+    """The default GRPO group size for a batch of `episodes` the user chose: the default when it divides them,
+    else the largest divisor of them below it (a group holds 2 episodes at least)."""
+    fitting = [size for size in range(default, 1, -1) if episodes % size == 0]
+    return fitting[0] if fitting else default
 
 
 def _flag(name: str) -> str:
