@@ -16,7 +16,8 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
 - at most `max_pending_heads` connections may be waiting for their heads at once (a quarter of the
   process's file-descriptor limit); past that the oldest of them is closed with 503 if it has waited
   `min_evict_age_s` (1 s), so stalled handshakes never crowd out clients that complete theirs, while a
-  burst of clients connecting at once (a trainer opening every rollout's session) is never evicted.
+  burst of clients connecting at once (a trainer opening every rollout's session) is never evicted;
+  `envkit.listener` closes the oldest the same way (`make_room`) when the process's file descriptors run short.
 
 Each refusal counts as bad client input in `ServerMetrics` (one WARNING per kind per minute), and
 what uvicorn itself logs about clients (invalid UTF-8, invalid HTTP, every accepted WebSocket)
@@ -95,6 +96,21 @@ class HeadLimits:
         self.min_evict_age_s = min_evict_age_s
         #: Connections waiting for their request heads, oldest first, with the time each began to wait.
         self.pending: dict[_LimitedHeads, float] = {}
+
+    def close_oldest(self, why: str) -> bool:
+        """Close the connection that has waited longest for its head (503), if it has waited `min_evict_age_s`;
+        whether one was closed."""
+        if not self.pending:
+            return False
+        oldest, since = next(iter(self.pending.items()))
+        if oldest.loop.time() - since < self.min_evict_age_s:
+            return False
+        oldest._refuse(503, "Service Unavailable", "handshake_evicted", f"{why}; closed the oldest")
+        return True
+
+    def make_room(self) -> bool:
+        """`close_oldest` for `envkit.listener`, when the process runs short of file descriptors."""
+        return self.close_oldest("the server is near its file-descriptor limit")
 
 
 class _LimitedHeads:
@@ -188,11 +204,7 @@ class _LimitedHeads:
         self._head_timer = self.loop.call_at(self._head_since + limits.head_timeout_s, self._head_timed_out)
         limits.pending[self] = now
         if len(limits.pending) > limits.max_pending_heads:
-            oldest, since = next(iter(limits.pending.items()))
-            if now - since >= limits.min_evict_age_s:
-                oldest._refuse(503, "Service Unavailable", "handshake_evicted",
-                               f"more than {limits.max_pending_heads} connections waiting for their request heads; "
-                               "closed the oldest")
+            limits.close_oldest(f"more than {limits.max_pending_heads} connections waiting for their request heads")
 
     def _head_done(self) -> None:
         self._head_since = None
