@@ -7,6 +7,7 @@ sessions in a slow step.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -15,9 +16,11 @@ from typing import Any, Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.importer import import_from_string
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .fast_paths import fast_paths, log_fast_paths
+from .listener import guarded_loop_factory
 from .uvicorn_protocols import HeadLimits, protocol_classes
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server", "QuietWebSocketHandshakes"]
@@ -58,7 +61,9 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
     `head_limits`: size and time limits on request heads and handshakes (see `envkit.uvicorn_protocols`;
     default 64 KiB and 10 s), counted in the app's metrics. The fast paths are those `envkit.fast_paths` found
-    working (`ENVKIT_FAST_PATHS=0`: none); one INFO line says which are off and why.
+    working (`ENVKIT_FAST_PATHS=0`: none); one INFO line says which are off and why. Connections are accepted by
+    `envkit.listener`, which keeps file descriptors in reserve and closes stalled handshakes first (fast paths on or
+    off; a `loop` in `overrides` replaces it).
     """
     if isinstance(app, EnvkitApp):
         app.bind(host)
@@ -68,15 +73,34 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
     paths = fast_paths()
-    http, ws = protocol_classes(head_limits or HeadLimits(getattr(state, "envkit_metrics", None)), paths)
+    limits = head_limits or HeadLimits(getattr(state, "envkit_metrics", None))
+    http, ws = protocol_classes(limits, paths)
     settings: dict[str, Any] = {
-        **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES,
-        "ws_per_message_deflate": compression, "timeout_graceful_shutdown": 5, "loop": "auto", "http": http,
+        **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES, "ws_per_message_deflate": compression,
+        "timeout_graceful_shutdown": 5, "loop": _listener_loop(limits), "http": http,
         "lifespan": "on", "proxy_headers": False, **overrides,
     }
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)
     log_fast_paths(paths)   # after uvicorn's logging is set up
+    if config.loop == "auto" and "loop" not in overrides:
+        _say_listener_off()
     return config
+
+
+def _listener_loop(limits: HeadLimits) -> Any:
+    """uvicorn's `loop` setting: a factory of `envkit.listener`'s event loop, whose accepts keep file descriptors in
+    reserve, where uvicorn takes a factory as it is (0.53 to 0.55 do); else uvicorn's own, "auto"."""
+    factory = guarded_loop_factory(limits.make_room)
+    try:
+        return factory if import_from_string(factory) is factory else "auto"
+    except Exception:  # noqa: BLE001 — whatever it raises, uvicorn would not take it
+        return "auto"
+
+
+@functools.cache
+def _say_listener_off() -> None:
+    logging.getLogger("uvicorn.error").info("envkit's listener is off (uvicorn does not take a loop factory): "
+                                            "connections are accepted by uvicorn's event loop")
 
 
 class EnvkitServer(uvicorn.Server):
