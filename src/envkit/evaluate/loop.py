@@ -20,6 +20,7 @@ own calls run one after another.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -144,17 +145,20 @@ def play(player: Player, games: Sequence[Game], classes: dict[str, type[ServedEn
 
 
 def take_turns(player: Player, conversations: Sequence[Conversation], pool: ThreadPoolExecutor, *,
-               max_tool_calling_iterations: int) -> None:
+               max_tool_calling_iterations: int) -> float:
     """Play started conversations to their end: the player answers all of them at once, then the tool calls
     of every answer that made some run on `pool` (one task per conversation, its calls in order), at most
-    `max_tool_calling_iterations` times."""
+    `max_tool_calling_iterations` times. Returns the seconds spent waiting for the tool calls."""
     waiting = _answered(conversations, player.respond(conversations))
-    iteration = 0
+    iteration, waited = 0, 0.0
     while waiting and iteration < max_tool_calling_iterations:
+        started = time.perf_counter()
         list(pool.map(lambda item: _run_calls(*item), waiting))
+        waited += time.perf_counter() - started
         answered = [conversation for conversation, _ in waiting]
         waiting = _answered(answered, player.respond(answered))
         iteration += 1
+    return waited
 
 
 def _answered(conversations: Sequence[Conversation], answers: Sequence[dict[str, Any] | None]

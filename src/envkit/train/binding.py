@@ -105,7 +105,8 @@ class Tally:
 
     `error_codes` counts the calls the environment refused, by wire code (`VALIDATION_ERROR` for
     arguments it could not accept, `EXECUTION_ERROR` for a tool that raised); `lost_reasons` says
-    why each lost session ended.
+    why each lost session ended. `env_seconds` is the time the trainer waited for the environments (calls
+    that run at once count once).
     """
 
     episodes: int = 0
@@ -139,8 +140,9 @@ class ServedEnvironment:
     def __init__(self) -> None:
         self.episode: Episode | None = None
         self._client: Any = None
-        #: Set by `envkit.train.rollouts`: `reset` keeps the row for `_start` (which a batch's rollouts call together).
-        self._defer_reset = False
+        #: Set by `envkit.train.rollouts`, which plays a batch's episodes together: `reset` keeps the row for `_start`,
+        #: and the rollouts count the batch's wall-clock wait in the tally's `env_seconds` (not each call's).
+        self._batched = False
         self._row: dict[str, Any] | None = None
         type(self)._instances.add(self)
 
@@ -149,7 +151,7 @@ class ServedEnvironment:
 
         On an instance whose resets are deferred (`envkit.train.rollouts`), only keep the row and return None.
         """
-        if self._defer_reset:
+        if self._batched:
             self._row = row
             return None
         return self._start(row)
@@ -163,7 +165,7 @@ class ServedEnvironment:
         started = time.perf_counter()
         result = self._open_and_reset(kwargs)
         episode.env_seconds += time.perf_counter() - started
-        self._count(env_seconds=time.perf_counter() - started, episodes=1)
+        self._count(env_seconds=0.0 if self._batched else time.perf_counter() - started, episodes=1)
         assert self._client is not None
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)
@@ -231,7 +233,7 @@ class ServedEnvironment:
             elapsed = time.perf_counter() - started
             episode.env_seconds += elapsed
             episode.tool_calls += 1
-            self._count(env_seconds=elapsed, tool_calls=1)
+            self._count(env_seconds=0.0 if self._batched else elapsed, tool_calls=1)
         if result.reward is not None:
             episode.reward += float(result.reward)
         self._observed(result.observation, result.metrics)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -124,7 +125,7 @@ class _Deferring:
     def _maker(self, cls: type[ServedEnvironment]) -> Callable[[], ServedEnvironment]:
         def make() -> ServedEnvironment:
             instance = cls()
-            instance._defer_reset = self.on
+            instance._batched = self.on
             self.instances.append(instance)
             return instance
 
@@ -134,7 +135,7 @@ class _Deferring:
         """Instances made so far and from now on reset when TRL says so."""
         self.on = False
         for instance in self.instances:
-            instance._defer_reset = False
+            instance._batched = False
 
 
 def _plain_function(function: Any) -> bool:
@@ -201,8 +202,13 @@ def play_rollouts(prompts: list[Any], trainer: Any) -> dict[str, Any]:
     games = [Game(type(environment).env_name, environment._row or {}, prompt)
              for environment, prompt in zip(environments, prompts, strict=True)]
     with ThreadPoolExecutor(max_workers=len(games), thread_name_prefix="envkit-rollout") as pool:
+        started = time.perf_counter()
         conversations = start(games, environments, pool)
-        take_turns(player, conversations, pool, max_tool_calling_iterations=trainer.max_tool_calling_iterations)
+        waited = time.perf_counter() - started
+        waited += take_turns(player, conversations, pool,
+                             max_tool_calling_iterations=trainer.max_tool_calling_iterations)
+    for environment in environments:
+        environment._count(env_seconds=waited / len(environments))   # the batch waited once: spread over its rollouts
     _log_tool_metrics(trainer, mode, conversations)
     states = [conversation.state for conversation in conversations]
     return {

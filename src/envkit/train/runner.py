@@ -207,9 +207,9 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     config.reward_weights = weights
 
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOTrainer
 
     from .report import RunReport
+    from .rollouts import GRPOTrainer  # TRL's, with a batch's environment calls overlapping
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16; known
     factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
