@@ -7,7 +7,7 @@ sessions in a slow step.
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import logging
 import threading
 import time
@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.importer import import_from_string
 
 from .app import MAX_FRAME_BYTES, EnvkitApp
 from .fast_paths import fast_paths, log_fast_paths
@@ -61,9 +60,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
     `head_limits`: size and time limits on request heads and handshakes (see `envkit.uvicorn_protocols`;
     default 64 KiB and 10 s), counted in the app's metrics. The fast paths are those `envkit.fast_paths` found
-    working (`ENVKIT_FAST_PATHS=0`: none); one INFO line says which are off and why. Connections are accepted by
-    `envkit.listener`, which keeps file descriptors in reserve and closes stalled handshakes first (fast paths on or
-    off; a `loop` in `overrides` replaces it).
+    working (`ENVKIT_FAST_PATHS=0`: none); one INFO line says which are off and why.
     """
     if isinstance(app, EnvkitApp):
         app.bind(host)
@@ -73,45 +70,37 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
     paths = fast_paths()
-    limits = head_limits or HeadLimits(getattr(state, "envkit_metrics", None))
-    http, ws = protocol_classes(limits, paths)
+    http, ws = protocol_classes(head_limits or HeadLimits(getattr(state, "envkit_metrics", None)), paths)
     settings: dict[str, Any] = {
         **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES, "ws_per_message_deflate": compression,
-        "timeout_graceful_shutdown": 5, "loop": _listener_loop(limits), "http": http,
+        "timeout_graceful_shutdown": 5, "loop": "auto", "http": http,
         "lifespan": "on", "proxy_headers": False, **overrides,
     }
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)
     log_fast_paths(paths)   # after uvicorn's logging is set up
-    if config.loop == "auto" and "loop" not in overrides:
-        _say_listener_off()
     return config
-
-
-def _listener_loop(limits: HeadLimits) -> Any:
-    """uvicorn's `loop` setting: a factory of `envkit.listener`'s event loop, whose accepts keep file descriptors in
-    reserve, where uvicorn takes a factory as it is (0.53 to 0.55 do); else uvicorn's own, "auto"."""
-    factory = guarded_loop_factory(limits.make_room)
-    try:
-        return factory if import_from_string(factory) is factory else "auto"
-    except Exception:  # noqa: BLE001 — whatever it raises, uvicorn would not take it
-        return "auto"
-
-
-@functools.cache
-def _say_listener_off() -> None:
-    logging.getLogger("uvicorn.error").info("envkit's listener is off (uvicorn does not take a loop factory): "
-                                            "connections are accepted by uvicorn's event loop")
 
 
 class EnvkitServer(uvicorn.Server):
     """A uvicorn server that ends every session (close 1001, `env.close()`) before shutting down.
 
-    `on_started` is called with the bound port once the server listens (useful with port 0).
+    `on_started` is called with the bound port once the server listens (useful with port 0). `run()` accepts
+    connections with `envkit.listener` (file descriptors in reserve, stalled request heads closed first) when the
+    config is `server_config`'s with its `loop="auto"`; `await serve()` on a loop of one's own accepts as that loop
+    does.
     """
 
     def __init__(self, config: uvicorn.Config, on_started: Callable[[int], None] | None = None) -> None:
         super().__init__(config)
         self.on_started = on_started
+
+    def run(self, sockets: Any = None) -> None:
+        limits = getattr(self.config.http, "limits", None)   # those of `server_config`'s protocol class
+        if self.config.loop != "auto" or not isinstance(limits, HeadLimits):
+            super().run(sockets)
+            return
+        with asyncio.Runner(loop_factory=guarded_loop_factory(limits.make_room)) as runner:
+            runner.run(self.serve(sockets=sockets))
 
     @property
     def port(self) -> int:
