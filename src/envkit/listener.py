@@ -220,6 +220,6 @@ def _new_loop(make_room: Callable[[], bool]) -> asyncio.AbstractEventLoop:
 
 
 def guarded_loop_factory(make_room: Callable[[], bool]) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A loop factory for uvicorn (`Config(loop=...)`): uvloop's loop (asyncio's without it) whose TCP servers
+    """An event loop factory (for `asyncio.Runner`): uvloop's loop (asyncio's without it) whose TCP servers
     accept through a `Listener` that calls `make_room` to close a stalled connection when descriptors run short."""
     return functools.partial(_new_loop, make_room)
