@@ -149,6 +149,29 @@ def test_an_abandoned_episode_scores_the_lowest_reward_the_env_declares(catch_ur
         instance._close()
 
 
+def test_a_component_reward_scores_an_abandoned_episode_as_it_stood() -> None:
+    """The wordle-grpo recipe's rewards on games the model left (no game finished, as at the tiny model's first
+    steps): each the component's standing when the model left (TRL's guide scores a rollout so), not None, which
+    TRL logs as NaN for the step; a lost episode stays unscored."""
+    choices = [parse_reward(name) for name in ("guide_win", "guide_partial", "guide_invalid")]
+    with running_server(app_from_environment(resolve_target("wordle").env_class, env_name="wordle",
+                                             max_concurrent_envs=4)) as url:
+        bound = bind(url, name="wordle")
+        functions, _ = reward_functions(choices, {"wordle": bound})
+        silent, guessed, lost = bound(), bound(), bound()
+        for instance in (silent, guessed, lost):
+            instance.reset(word="crane")
+        guessed.guess("[crate]")      # four greens
+        guessed.guess("[xyzzy]")      # invalid: warned, the game goes on
+        lost.episode.lost = "the session dropped"
+        episodes = [silent, guessed, lost]
+        scores = [function(environments=episodes, log_metric=lambda *args: None) for function in functions]
+        assert not any(instance.episode.done for instance in episodes)
+        for instance in episodes:
+            instance._close()
+    assert scores == [[0.0, 0.0, None], [0.0, pytest.approx(0.4), None], [0.0, pytest.approx(-0.1), None]]
+
+
 # -- the zero-signal warning ---------------------------------------------------------------------------------
 
 

@@ -22,7 +22,12 @@ An episode is abandoned when its environment declares an episode length (`episod
 stopped calling tools, or ran out of turns or tokens). It has no outcome, and scoring it 0 would
 rank quitting above losing (Catch's miss is -1), so GRPO would learn to quit. `env` scores it the
 lowest reward the environment declares (`reward_range` in `/metadata`), and leaves it unscored when
-there is none; a component reward leaves it unscored.
+there is none. A component is the environment's standing after each move, so a component reward scores
+an abandoned episode as it stood when the model left it (the latest value reported, 0 before any): for
+Wordle's `guide_*` components, what TRL's guide scores a rollout that stops before the game ends (not
+won: `guide_win` 0; `guide_partial` from the best guess so far; `guide_invalid` from the invalid moves
+so far). A step's component reward is NaN only when none of its environment's episodes could be scored
+(every one lost).
 """
 
 from __future__ import annotations
@@ -133,7 +138,7 @@ def _env_reward(environment: ServedEnvironment) -> float | None:
 def _component(name: str) -> Callable[[ServedEnvironment], float | None]:
     def score(environment: ServedEnvironment) -> float | None:
         assert environment.episode is not None
-        return None if abandoned(environment) else environment.episode.components.get(name, 0.0)
+        return environment.episode.components.get(name, 0.0)   # finished or abandoned: its latest standing
 
     return score
 
