@@ -106,7 +106,7 @@ class Tally:
     `error_codes` counts the calls the environment refused, by wire code (`VALIDATION_ERROR` for
     arguments it could not accept, `EXECUTION_ERROR` for a tool that raised); `lost_reasons` says
     why each lost session ended. `env_seconds` is the time the trainer waited for the environments (calls
-    that run at once count once).
+    that run at once count once), `reset_seconds` the part of it spent in resets.
     """
 
     episodes: int = 0
@@ -115,6 +115,7 @@ class Tally:
     tool_calls: int = 0
     tool_errors: int = 0
     env_seconds: float = 0.0
+    reset_seconds: float = 0.0
     error_codes: dict[str, int] = field(default_factory=dict)
     lost_reasons: list[str] = field(default_factory=list)
 
@@ -164,8 +165,9 @@ class ServedEnvironment:
         episode = self.episode = Episode(self.env_name, kwargs)
         started = time.perf_counter()
         result = self._open_and_reset(kwargs)
+        waited = 0.0 if self._batched else time.perf_counter() - started
         episode.env_seconds += time.perf_counter() - started
-        self._count(env_seconds=0.0 if self._batched else time.perf_counter() - started, episodes=1)
+        self._count(env_seconds=waited, reset_seconds=waited, episodes=1)
         assert self._client is not None
         episode.session_id = self._client.session_id
         text = result.text if result.text is not None else _render(result.observation)

@@ -204,11 +204,10 @@ def play_rollouts(prompts: list[Any], trainer: Any) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=len(games), thread_name_prefix="envkit-rollout") as pool:
         started = time.perf_counter()
         conversations = start(games, environments, pool)
-        waited = time.perf_counter() - started
-        waited += take_turns(player, conversations, pool,
-                             max_tool_calling_iterations=trainer.max_tool_calling_iterations)
-    for environment in environments:
-        environment._count(env_seconds=waited / len(environments))   # the batch waited once: spread over its rollouts
+        resets = time.perf_counter() - started
+        calls = take_turns(player, conversations, pool, max_tool_calling_iterations=trainer.max_tool_calling_iterations)
+    for environment in environments:   # the batch waited once: spread over its rollouts (and so over their tallies)
+        environment._count(env_seconds=(resets + calls) / len(environments), reset_seconds=resets / len(environments))
     _log_tool_metrics(trainer, mode, conversations)
     states = [conversation.state for conversation in conversations]
     return {
