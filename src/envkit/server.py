@@ -140,22 +140,12 @@ def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_l
 
 
 @contextmanager
-def running_server(app: FastAPI, *, startup_timeout: float = 20.0, transport: str = "uvicorn",
-                   **config: Any) -> Iterator[str]:
+def running_server(app: FastAPI, *, startup_timeout: float = 20.0, **config: Any) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 and a free port in a background thread; yields `http://127.0.0.1:PORT`.
 
     Leaving the block ends every session (close 1001) and stops the server. For embedding a server
-    in a program (the trainer does) and for tests. `transport="picows"` serves it with
-    `envkit.picows_server` instead of uvicorn (`config` is uvicorn's and does not apply there).
+    in a program (the trainer does) and for tests; `config` goes to uvicorn's `Config`.
     """
-    if transport == "picows":
-        from .picows_server import running_picows
-
-        with running_picows(app, startup_timeout=startup_timeout) as url:
-            yield url
-        return
-    if transport != "uvicorn":
-        raise ValueError(f"transport must be 'uvicorn' or 'picows', got {transport!r}")
     server = EnvkitServer(server_config(app, "127.0.0.1", 0, **{"log_level": "warning", **config}))
     thread = threading.Thread(target=server.run, name="envkit-server", daemon=True)
     thread.start()

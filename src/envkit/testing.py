@@ -4,8 +4,7 @@
     with running_server(app) as url:
         with EnvClient(url).sync() as env: ...
 
-`running_server` (from `envkit.server`) runs uvicorn in a thread of the test process
-(`transport="picows"`: the picows transport);
+`running_server` (from `envkit.server`) runs uvicorn in a thread of the test process;
 `ServedProcess` runs `envkit serve` in a subprocess (for tests that kill or signal the server).
 """
 

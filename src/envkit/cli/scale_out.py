@@ -31,7 +31,7 @@ class ScaleOut:
     def requested(self) -> bool:
         return self.workers > 1 or self.ray_address is not None
 
-    def check(self, transport: str) -> None:
+    def check(self) -> None:
         """Raise `click.UsageError` for flags that do not go together."""
         if self.ray_address is None and (self.replicas is not None or self.num_cpus is not None
                                          or self.max_restarts != -1):
@@ -40,9 +40,6 @@ class ScaleOut:
         if self.ray_address is not None and self.workers > 1:
             raise click.UsageError("--workers runs servers on this machine and --ray on a Ray cluster; pass one "
                                    "(for more processes on the cluster, raise --replicas)")
-        if self.requested and transport != "uvicorn":
-            raise click.UsageError("--workers and --ray serve with the uvicorn transport; leave out --transport "
-                                   f"{transport}")
 
     def serve(self, target: str, resolved: Any, settings: dict[str, Any], host: str, port: int,
               log_level: str) -> None:

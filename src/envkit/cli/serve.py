@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
-from functools import partial
 from typing import Any
 
 import click
 
 from ..access import is_loopback_host
 from .scale_out import ScaleOut, scale_out_options
+
+
+def _transport_removed(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """`--transport` is gone; a command line that still passes it hears so in one line (exit 2)."""
+    if value is not None:
+        raise click.UsageError("--transport was removed: envkit serve has one transport, which serves /ws, /mcp, the "
+                               "Open Reward Standard and the /web page; leave the option out")
 
 
 @click.command("serve")
@@ -23,15 +29,13 @@ from .scale_out import ScaleOut, scale_out_options
               help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
 @click.option("--capacity-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="When every slot is taken, a new connection waits this many seconds for a closing session's "
-                   "slot before it is refused (picows: only while a session is closing).")
+                   "slot before it is refused.")
 @click.option("--ping-interval", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
-@click.option("--transport", default="uvicorn", show_default=True, type=click.Choice(["uvicorn", "picows"]),
-              help="Server machinery: uvicorn (FastAPI, every route: /mcp, the Open Reward Standard and the /web page "
-                   "included) or picows (about twice the steps/s; /ws and GET /health /schema /metadata /tools /metrics "
-                   "only: no /mcp, no Open Reward Standard, no /web page; needs envkit[bench]).")
+@click.option("--transport", hidden=True, expose_value=False, callback=_transport_removed,
+              help="Removed: the one transport serves every surface.")
 @click.option("--api-key-env", metavar="NAME", default=None,
               help="Require the API key held in environment variable NAME on every route but /health "
                    "[default: $ENVKIT_API_KEY if set, else no key]. The key itself never goes on the command line.")
@@ -42,7 +46,7 @@ from .scale_out import ScaleOut, scale_out_options
               help="Comma-separated Host names the server answers to (example.com, *.example.com, host:port, *) "
                    "[default: 127.0.0.1, localhost, ::1 when --host is a loopback address; any otherwise].")
 @click.option("--max-sessions-per-client", type=click.IntRange(min=1), default=None,
-              help="Sessions one client address may hold at once [default: no limit]. uvicorn transport only.")
+              help="Sessions one client address may hold at once [default: no limit].")
 @click.option("--forwarded-allow-ips", default=None, metavar="IPS",
               help="Comma-separated proxies (IPs, networks, 'private', '*') whose X-Forwarded-For names the client "
                    "for --max-sessions-per-client [default: $FORWARDED_ALLOW_IPS; on a Hugging Face Space "
@@ -52,14 +56,14 @@ from .scale_out import ScaleOut, scale_out_options
               help="Server log level; debug also logs a line per WebSocket handshake.")
 @scale_out_options
 def command(target: str, host: str, port: int, max_concurrent_envs: int | None, session_timeout: float | None,
-            capacity_wait: float, ping_interval: float, ping_timeout: float, transport: str, api_key_env: str | None,
+            capacity_wait: float, ping_interval: float, ping_timeout: float, api_key_env: str | None,
             allow_origins: tuple[str, ...], allowed_hosts: str | None, max_sessions_per_client: int | None,
             forwarded_allow_ips: str | None, log_level: str, scale_out: ScaleOut) -> None:
-    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics) and, on uvicorn,
-    to MCP clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
+    """Serve TARGET over WebSocket at /ws (with /health, /schema, /metadata, /tools, /metrics), to MCP
+    clients at /mcp and over the Open Reward Standard at the root (/create_session, /create, /call, ...).
 
-    With the default uvicorn transport, http://HOST:PORT/web (and / redirects there) is a page to
-    play the environment in a browser and to replay transcripts; the picows transport has no page.
+    http://HOST:PORT/web (and / redirects there) is a page to play the environment in a browser
+    and to replay transcripts.
 
     TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
@@ -70,34 +74,20 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
       envkit serve echo --port 8001 --max-concurrent-envs 64
       envkit serve ./my_env
       envkit serve my_package.env:MyEnvironment --session-timeout 60
-      envkit serve echo --transport picows --max-concurrent-envs 1024
       envkit serve echo --workers 4 --max-concurrent-envs 256
       envkit serve echo --ray 10.0.0.1:6379 --replicas 8 --num-cpus 1
       ENVKIT_API_KEY=... envkit serve echo --host 0.0.0.0 \\
           --max-sessions-per-client 4
     """
-    scale_out.check(transport)
+    scale_out.check()
     from ..ports import ListenError, check_listen
+    from ..server import run_server
     from ..serving import app_from_environment, resolve_target
-
-    if transport == "picows":
-        try:
-            from ..picows_server import run_picows as serve
-        except ImportError as error:
-            raise click.UsageError(f"--transport picows needs picows and uvloop ({error}); "
-                                   "install them with: pip install 'envkit[bench]'") from None
-    else:
-        from ..server import run_server
-
-        serve = partial(run_server, log_level=log_level)
 
     settings: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
                                 "ping_timeout_s": ping_timeout}
     settings.update(_access_settings(api_key_env, allow_origins, allowed_hosts, forwarded_allow_ips))
     if max_sessions_per_client is not None:
-        if transport == "picows":
-            raise click.UsageError("--max-sessions-per-client needs the uvicorn transport: picows's handshake does "
-                                   "not see the client's address")
         settings["max_sessions_per_client"] = max_sessions_per_client
     if max_concurrent_envs is not None:
         settings["max_concurrent_envs"] = max_concurrent_envs
@@ -121,10 +111,9 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         click.echo(f"envkit: serving {resolved.name} on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws, "
                    f"max {pool.max_sessions} sessions, idle timeout {pool.idle_timeout_s}s, pid {os.getpid()})",
                    err=False)
-        if transport == "uvicorn":
-            click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
+        click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
-    serve(app, host, port, on_started=announce)
+    run_server(app, host, port, on_started=announce, log_level=log_level)
 
 
 def _access_settings(api_key_env: str | None, allow_origins: tuple[str, ...], allowed_hosts: str | None,
