@@ -126,7 +126,7 @@ def measure(trainer_class: Any, model: Any, tokenizer: Any, cls: Any, rows: list
     trainer.train()
     cls._close_all()
     seconds = statistics.mean(entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry)
-    return {"seconds": seconds, "env_s": tally.env_seconds / STEPS, "reset_s": tally.reset_seconds / STEPS,
+    return {"seconds": seconds, "env_s": tally.env_seconds / STEPS, "reset_wait_s": tally.reset_seconds / STEPS,
             "turns": statistics.mean(turns),
             "floor": statistics.mean(floors) / max(statistics.mean(turns), 1), "calls": tally.tool_calls / STEPS}
 
@@ -178,13 +178,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         for label in ("trl", "envkit"):
             figures = row[label]
-            turn = (figures["env_s"] - figures["reset_s"]) / max(figures["turns"], 1)
+            turn = (figures["env_s"] - figures["reset_wait_s"]) / max(figures["turns"], 1)
             if row["reset_s"]:
-                per = f"resets {figures['reset_s']:.2f} s = {figures['reset_s'] / row['reset_s']:.2f}× one reset"
+                resets = figures["reset_wait_s"]
+                per = f"resets {resets:.2f} s = {resets / row['reset_s']:.2f}× one reset"
             elif row["step_s"]:
                 per = f"a turn {turn * 1000:.0f} ms = {turn / row['step_s']:.2f}× one call"
             else:
-                per = f"resets {figures['reset_s'] * 1000:.0f} ms, a turn {turn * 1000:.1f} ms"
+                per = f"resets {figures['reset_wait_s'] * 1000:.0f} ms, a turn {turn * 1000:.1f} ms"
             lines.append(f"| {row['reset_s']:g} s | {row['step_s'] * 1000:g} ms | {row['rollouts']} | "
                          f"{'TRL 1.16' if label == 'trl' else 'envkit'} | {figures['seconds']:.2f} | "
                          f"{figures['env_s']:.2f} | {figures['env_s'] / figures['seconds']:.0%} | "

@@ -100,11 +100,12 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_training_snippet_runs_against_a_served_wordle(monkeypatch, tmp_path: Path) -> None:
-    """The "From Python" block, run as written against a real wordle server. Only TRL is swapped for recorders:
-    `GRPOTrainer` would load Qwen3 from the Hugging Face Hub, which cannot be reached here, and `GRPOConfig`
-    refuses its bf16 default on a machine without a GPU."""
+    """The "From Python" block, run as written against a real wordle server. Only the trainers (TRL's and envkit's)
+    and TRL's config are swapped for recorders: `GRPOTrainer` would load Qwen3 from the Hugging Face Hub, which
+    cannot be reached here, and `GRPOConfig` refuses its bf16 default on a machine without a GPU."""
     import trl
 
+    import envkit.train.rollouts
     from envkit.serving import app_from_environment, resolve_target
 
     made: dict = {}
@@ -114,6 +115,7 @@ def test_readme_training_snippet_runs_against_a_served_wordle(monkeypatch, tmp_p
             made.update(kwargs)
 
     monkeypatch.setattr(trl, "GRPOTrainer", Recorder)
+    monkeypatch.setattr(envkit.train.rollouts, "GRPOTrainer", Recorder)
     monkeypatch.setattr(trl, "GRPOConfig", dict)
     monkeypatch.chdir(tmp_path)
     block = next(block for block in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)

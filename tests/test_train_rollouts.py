@@ -187,7 +187,8 @@ def test_a_batch_resets_and_calls_tools_together(tmp_path: Path) -> None:
 
 
 def test_the_trainer_resets_a_batch_together(tmp_path: Path) -> None:
-    """Through the trainer: one GRPO step of a batch whose resets only pass when all of them are in flight."""
+    """Through the trainer: one GRPO step of a batch whose resets only pass when all of them are in flight. An
+    environment class not bound by envkit is left to TRL's own loop."""
     import torch
 
     from envkit.train.rollouts import GRPOTrainer
@@ -204,8 +205,29 @@ def test_the_trainer_resets_a_batch_together(tmp_path: Path) -> None:
             seen, _, trainer = _train(GRPOTrainer, model, tokenizer, cls, rows, tmp_path, max_steps=1)
         finally:
             GateEnvironment.reset_gate = None
-    assert trainer.rollout_func is not None
+    assert trainer.rollout_func is not None and trainer.tools == []
     assert all(episode[0].get("seed") is not None for episode in seen[0]["episodes"])
+
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    class Plain:   # not bound by envkit: TRL's own loop plays it
+        def reset(self, **row: Any) -> str:
+            return "ready"
+
+        def note(self, note: str) -> str:
+            """Write a note.
+
+            Args:
+                note: the note.
+            """
+            return note
+
+    plain = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
+                        args=GRPOConfig(output_dir=str(tmp_path / "plain"), use_cpu=True, report_to=[],
+                                        num_generations=GENERATIONS, per_device_train_batch_size=BATCH),
+                        train_dataset=Dataset.from_list(rows), processing_class=tokenizer, environment_factory=Plain)
+    assert plain.rollout_func is None and [tool.__name__ for tool in plain.tools] == ["note"]
 
 
 def test_this_trl_has_every_part_the_rollouts_use(tmp_path: Path) -> None:

@@ -80,23 +80,23 @@ class GRPOTrainer(TRLGRPOTrainer):
         super().__init__(*args, environment_factory=deferring.factory if deferring else environment_factory,
                          rollout_func=play_rollouts if deferring else rollout_func, **kwargs)
         if deferring is None:
-            _step_aside(missing)
+            if missing:
+                _step_aside(f"this TRL lacks {', '.join(missing)}")
             return
         missing = trl_parts_missing(self)
         if missing or self._is_vlm:
             deferring.stop()
             self.rollout_func = None
-            _step_aside(missing or ["text-only models (this one takes images)"])
+            _step_aside(f"this TRL lacks {', '.join(missing)}" if missing else "the model takes images, which the "
+                        "rollouts do not pass on")
             return
         self.tools = []   # TRL's own tool loop stays off: the rollouts have played every turn
         self.reward_funcs = [_reading_episode_messages(function) if _plain_function(function) else function
                              for function in self.reward_funcs]
 
 
-def _step_aside(missing: list[str]) -> None:
-    if missing:
-        logger.warning("envkit: this TRL lacks %s; a batch's environment calls run one after another, as TRL "
-                       "makes them", ", ".join(missing))
+def _step_aside(why: str) -> None:
+    logger.warning("envkit: %s; a batch's environment calls run one after another, as TRL makes them", why)
 
 
 def _bound_by_envkit(factory: Any) -> bool:
