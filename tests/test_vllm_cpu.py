@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
 
 from conftest import TESTS_DIR, chat_server_process, subprocess_env
@@ -93,9 +94,8 @@ def test_two_environments_colocated(two_games: tuple[Path, dict[str, Any]]) -> N
 
 def test_the_wordle_recipe_on_cpu(two_games: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """The shipped recipe with its model and sizes overridden for CPU (the model: the tiny one trained above, which
-    spares a warm-up): its settings applied, its three rewards logged by name. (They are NaN at a step whose
-    episodes were all left unfinished: a component reward leaves those unscored, and the tiny model seldom
-    plays a Wordle game to its end.)"""
+    spares a warm-up): its settings applied, its three rewards logged by name at every step, also when the tiny
+    model left every game unfinished (a component scores a game as it stood; none is lost here)."""
     model = two_games[0] / "model"
     done = envkit("train", "--config", "wordle-grpo", "--model", str(model), "--disable-thinking", "--max-steps", "2",
                   "--num-generations", "4", "--batch-size", "8", "--gradient-accumulation-steps", "1",
@@ -103,7 +103,9 @@ def test_the_wordle_recipe_on_cpu(two_games: tuple[Path, dict[str, Any]], tmp_pa
                   "--json", "-q")
     summary = summary_of(done)
     assert (summary["steps"], summary["episodes"], summary["lost"]) == (2, 16, 0)
-    assert {"wordle_guide_win", "wordle_guide_partial", "wordle_guide_invalid"} <= set(summary["start"])
+    rewards = ("wordle_guide_win", "wordle_guide_partial", "wordle_guide_invalid")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(isinstance(row[name], float) for row in rows for name in rewards), rows
     assert json.loads((tmp_path / "model" / "envkit_play.json").read_text())["max_tool_calling_iterations"] == 12
 
 
@@ -125,20 +127,55 @@ def vllm_server(two_games: tuple[Path, dict[str, Any]]) -> Iterator[tuple[str, P
 
 def test_eval_against_vllm_serve(vllm_server: tuple[str, Path], tmp_path: Path) -> None:
     """`envkit eval --openai-url` through vLLM's chat API with tools and its Hermes parser: every game played, no
-    session lost, the model's turns answered. The tiny model's turns served this way come out malformed
-    (`<tool_call>level</tool_call>`, no JSON), so none is parsed into a tool call, while the same folder played
-    through transformers guesses 2.4 times a game: the prompt vLLM renders from the request's tools is not the
-    one the model was warmed up on, word for word."""
+    session lost, and in every game guesses parsed by vLLM's parser and played on the environment. (Before the
+    tiny model's warm-up showed its tools as vLLM's server renders them, every turn came out as
+    `<tool_call>level</tool_call>`: no call parsed, none played.)"""
     url, model = vllm_server
     path = tmp_path / "games.jsonl"
     done = envkit("eval", "--env", "wordle", "--openai-url", url, "--model", str(model), "--games", "4", "--json",
                   "--transcripts", str(path))
     assert done.returncode == 0, done.stderr
     row = {row["model"]: row for row in json.loads(done.stdout)["rows"]}[str(model)]
-    assert row["episodes"] == 4 and row["sessions_lost"] == 0
-    turns = [message for game in read_transcripts(path) for message in game.messages if message["role"] == "assistant"]
-    assert len(turns) >= 4 and all(message.get("tool_calls") or "<tool_call>" in str(message.get("content"))
-                                   for message in turns)
+    assert row["episodes"] == 4 and row["sessions_lost"] == 0 and row["mean_steps"] >= 1, row
+    for game in read_transcripts(path):
+        calls = [call for message in game.messages if message["role"] == "assistant"
+                 for call in message.get("tool_calls") or []]
+        played = [turn for turn in game.turns if turn.tool == "guess" and turn.error is None]
+        assert calls and played, game.messages[1:4]     # parsed by the server's tool parser, answered by the game
+
+
+def test_vllm_renders_the_tools_as_the_warm_up_shows_them(vllm_server: tuple[str, Path]) -> None:
+    """The prompt vLLM's server renders from `envkit eval`'s first request (its `/tokenize` route) is, token for
+    token, the tiny model's template applied to the tools in the chat API's form (`chat_api_tools`: no `return`
+    description), which half of its warm-up shows; not the form TRL renders (`get_json_schema`'s, with it)."""
+    from transformers import AutoTokenizer
+
+    from envkit.client import EnvClient
+    from envkit.evaluate.openai_player import openai_messages
+    from envkit.train.binding import bind
+    from envkit.train.data import task_prompt
+    from envkit.train.embedded import serve_envs
+    from envkit.train.tiny import CHAT_TEMPLATE_KWARGS, chat_api_tools
+
+    url, model = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    with serve_envs(["wordle"], 1) as served:
+        listing = EnvClient(served["wordle"]).sync().tools()     # what `envkit eval` sends as `tools=`
+        wordle = bind(served["wordle"], name="wordle")
+        game = wordle()
+        messages = [{"role": "user", "content": task_prompt("wordle", wordle.metadata) + game.reset(seed=0)}]
+        game._close()
+    body = {"model": str(model), "messages": openai_messages(messages), "tools": listing,
+            "add_generation_prompt": True, "chat_template_kwargs": CHAT_TEMPLATE_KWARGS}
+    response = httpx.post(url.removesuffix("/v1") + "/tokenize", json=body, trust_env=False, timeout=60)
+    assert response.status_code == 200, response.text
+
+    def rendered(tools: list[dict[str, Any]]) -> list[int]:
+        return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=True, **CHAT_TEMPLATE_KWARGS)["input_ids"])
+
+    assert any("return" in tool["function"] for tool in listing)
+    assert response.json()["tokens"] == rendered(chat_api_tools(listing)) != rendered(listing)
 
 
 def test_builds_that_do_not_load_are_named(tmp_path: Path) -> None:

@@ -12,6 +12,10 @@ recipe, all local:
 3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on the
    assistant turns of the scripted episodes (not the random moves of a game, which only lead it
    into varied positions), so that it calls tools from the first GRPO step.
+
+The model built for vLLM (`GPU_SPEC`) is also the one `envkit eval --openai-url` meets behind vLLM's server,
+whose prompt lists the tools without TRL's `return` descriptions: every other warm-up conversation of each
+environment shows its tools that way (`chat_api_tools`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 from ..environment import Environment
 from .binding import ServedEnvironment, tool_names
 
-__all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "CHAT_TEMPLATE_KWARGS"]
+__all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "chat_api_tools",
+           "CHAT_TEMPLATE_KWARGS"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -66,10 +71,18 @@ class TinyModelSpec:
     warmup_steps: int = 100
     warmup_lr: float = 5e-3
     seed: int = 0
+    #: Show every other warm-up conversation of each environment with its tools as a chat server renders them
+    #: (`chat_api_tools`), so the model also plays behind vLLM's OpenAI-compatible server.
+    chat_api_tools: bool = False
 
 
-#: For vLLM, on a GPU or its CPU build: attention kernels want a head size of 64 (the CPU build has none for 16).
-GPU_SPEC = TinyModelSpec(hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64)
+#: For vLLM, on a GPU or its CPU build: attention kernels want a head size of 64 (the CPU build has none for 16);
+#: and it is the model `vllm serve` serves to `envkit eval --openai-url`.
+GPU_SPEC = TinyModelSpec(hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64,
+                         chat_api_tools=True)
+
+#: The fields of a function that the chat API defines, and all that vLLM's server hands its chat template.
+CHAT_API_FUNCTION_FIELDS = ("name", "description", "parameters")
 
 
 def sample_argument(schema: dict[str, Any], rng: random.Random) -> Any:
@@ -185,6 +198,24 @@ def _call_turn(name: str, arguments: dict[str, Any], result: Any, *, context_onl
     return [call, {"role": "tool", "name": name, "content": str(result)}]
 
 
+def chat_api_tools(listing: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool schemas as an OpenAI-compatible server renders them: TRL renders `get_json_schema`'s, whose functions
+    also carry a `return` description; vLLM's server drops every field the chat API does not define."""
+    return [{**tool, "function": {key: value for key, value in tool["function"].items()
+                                  if key in CHAT_API_FUNCTION_FIELDS}} for tool in listing]
+
+
+def _alternate_tools(conversations: list[Conversation]) -> list[Conversation]:
+    """Every other conversation of each tool set with its tools in the chat API's form (`chat_api_tools`)."""
+    seen: dict[str, int] = {}
+    shown = []
+    for messages, listing in conversations:
+        key = json.dumps(listing)
+        seen[key] = seen.get(key, 0) + 1
+        shown.append((messages, chat_api_tools(listing) if seen[key] % 2 == 0 else listing))
+    return shown
+
+
 def _train_tokenizer(texts: list[str], spec: TinyModelSpec) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -232,6 +263,8 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     chosen = [rows[index % len(rows)] for index in range(spec.game_episodes if games else spec.episodes)]
     conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
                                            scripted_share=spec.scripted_share)
+    if spec.chat_api_tools:
+        conversations = _alternate_tools(conversations)
     played = time.perf_counter()
 
     from transformers.utils.chat_template_utils import render_jinja_template
