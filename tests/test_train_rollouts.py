@@ -44,10 +44,11 @@ def _train(trainer_class: Any, model: Any, tokenizer: Any, cls: type[ServedEnvir
 
     seen: list[dict[str, Any]] = []
 
-    def record(completions: list[Any], completion_ids: list[list[int]], environments: list[Any],
+    def record(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], environments: list[Any],
                **kwargs: Any) -> list[float]:
         episodes = [environment.episode for environment in environments]
-        seen.append({"completions": copy.deepcopy(completions), "completion_ids": [list(ids) for ids in completion_ids],
+        seen.append({"prompts": copy.deepcopy(prompts), "completions": copy.deepcopy(completions),
+                     "completion_ids": [list(ids) for ids in completion_ids],
                      "episodes": [(e.row, e.reward, e.done, e.tool_calls, e.tool_errors, e.texts,
                                    [t.to_json() for t in e.turns])
                                   for e in episodes]})
@@ -69,7 +70,7 @@ def _train(trainer_class: Any, model: Any, tokenizer: Any, cls: type[ServedEnvir
 
 @pytest.mark.parametrize("env", ["wordle", "catch"])
 def test_rollouts_are_trls_token_for_token(env: str, tmp_path: Path) -> None:
-    """Same completion ids, messages, episodes (rows, rewards, turns, texts) and logged metrics as TRL's own loop,
+    """Same completion ids, prompts and messages, episodes (rows, rewards, turns, texts) and logged metrics as TRL's own loop,
     over two seeded steps (the second after a weight update). Fails when any part of the episode differs: a turn
     budget, a dropped overlong tool result, a tool error's text, the sampling order of a batch."""
     import torch
@@ -92,6 +93,7 @@ def test_rollouts_are_trls_token_for_token(env: str, tmp_path: Path) -> None:
     for step, (mine, trls) in enumerate(zip(ours, theirs, strict=True)):
         assert mine["completion_ids"] == trls["completion_ids"], f"step {step}"
         assert mine["completions"] == trls["completions"], f"step {step}"
+        assert mine["prompts"] == trls["prompts"], f"step {step}"
         assert mine["episodes"] == trls["episodes"], f"step {step}"
     assert our_logs == their_logs
     assert any(message.get("tool_calls") for step in ours for completion in step["completions"]

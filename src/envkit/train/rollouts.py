@@ -11,7 +11,7 @@ rollout's own calls stay in order), and generation through the trainer's own pat
 or colocated vLLM), one batch a turn as TRL generates. The episodes are TRL's, token for token: the
 same prompt rendering, tool-message tokens, turn and token budgets, dropped overlong tool results,
 error messages and metrics (`tools/call_frequency`, `tools/failure_frequency`); reward functions get
-the same `completions` (the episode's messages) and `environments`.
+the same `prompts` (with the first observation), `completions` (the episode's messages) and `environments`.
 
 How TRL hands over the rows: TRL still draws the batch's instances and calls `reset(**row)` on each,
 which here only keeps the row (it returns None, so TRL leaves the prompt as it is); the rollouts then
@@ -39,12 +39,13 @@ from ..evaluate.loop import Conversation, Game, start, take_turns
 from ..evaluate.model_player import TokenPlayer
 from .binding import ServedEnvironment
 
-__all__ = ["GRPOTrainer", "play_rollouts", "trl_parts_missing", "EPISODE_MESSAGES"]
+__all__ = ["GRPOTrainer", "play_rollouts", "trl_parts_missing", "EPISODE_PROMPTS", "EPISODE_MESSAGES"]
 
 logger = logging.getLogger("envkit.train")
 
-#: The extra field the rollouts hand the reward functions: each episode's messages after the prompt.
-EPISODE_MESSAGES = "envkit_episode_messages"
+#: The extra fields the rollouts hand the reward functions: each episode's prompt (with the first observation, as
+#: TRL's loop passes it) and its messages after the prompt.
+EPISODE_PROMPTS, EPISODE_MESSAGES = "envkit_episode_prompts", "envkit_episode_messages"
 #: `GRPOTrainer._generate_single_turn`'s parameters as TRL 1.16 declares them.
 GENERATE_PARAMETERS = ("prompt_ids", "images", "multimodal_fields", "num_generations")
 #: What the rollouts read on a built trainer.
@@ -145,12 +146,12 @@ def _plain_function(function: Any) -> bool:
 
 
 def _reading_episode_messages(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, given each episode's messages as `completions` (what TRL's own loop passes), not TRL's parse of
-    the whole episode as one answer."""
+    """`function`, given what TRL's own loop passes it: each episode's prompt with the first observation as
+    `prompts`, and its messages as `completions` (not TRL's parse of the whole episode as one answer)."""
 
     def swapped(kwargs: dict[str, Any]) -> dict[str, Any]:
-        messages = kwargs.pop(EPISODE_MESSAGES, None)
-        return {**kwargs, "completions": messages} if messages is not None else kwargs
+        prompts, messages = kwargs.pop(EPISODE_PROMPTS, None), kwargs.pop(EPISODE_MESSAGES, None)
+        return {**kwargs, "prompts": prompts, "completions": messages} if messages is not None else kwargs
 
     if inspect.iscoroutinefunction(function):
         async def reward_async(*args: Any, **kwargs: Any) -> Any:
@@ -215,6 +216,7 @@ def play_rollouts(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         "completion_ids": [state["completion_ids"] for state in states],
         "logprobs": [state["logprobs"] for state in states] if all("logprobs" in state for state in states) else None,
         "env_mask": [state["mask"] for state in states],
+        EPISODE_PROMPTS: [conversation.messages[:len(conversation.game.prompt)] for conversation in conversations],
         EPISODE_MESSAGES: [conversation.messages[len(conversation.game.prompt):] for conversation in conversations],
     }
 
