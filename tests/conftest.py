@@ -25,31 +25,6 @@ sys.path.insert(0, str(TESTS_DIR))
 from sample_envs import CounterAction, CounterEnvironment, CounterObservation  # noqa: E402
 
 
-TRANSPORTS = ("uvicorn", "picows")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "both_transports: run the module's server tests over uvicorn and picows")
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """In modules marked `both_transports`, every test that uses a server runs once per transport."""
-    if "transport" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_transports"):
-        metafunc.parametrize("transport", TRANSPORTS, indirect=True)
-
-
-@pytest.fixture
-def transport(request: pytest.FixtureRequest) -> str:
-    """The server transport under test: uvicorn unless the module is marked `both_transports`."""
-    return getattr(request, "param", "uvicorn")
-
-
-@pytest.fixture
-def serve_args(transport: str) -> tuple[str, ...]:
-    """Extra `envkit serve` arguments selecting the transport under test."""
-    return ("--transport", transport)
-
-
 def needs_fast_path(name: str) -> None:
     """Skip a test that watches the fast path `name` at work (`envkit.fast_paths`) where it is off: with
     `ENVKIT_FAST_PATHS=0`, or where its start-up check found what it relies on changed."""
@@ -67,18 +42,18 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def echo_url(transport: str) -> Iterator[str]:
+def echo_url() -> Iterator[str]:
     target = resolve_target("echo")
     app = create_app(target.env_class, target.action_cls, target.observation_cls, max_concurrent_envs=64)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         yield url
 
 
 @pytest.fixture
-def counter_url(transport: str) -> Iterator[str]:
+def counter_url() -> Iterator[str]:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=8,
                      max_message_bytes=4096)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         yield url
 
 

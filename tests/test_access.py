@@ -1,7 +1,7 @@
 """Access control on a real server: API keys, Origin and Host checks, per-client session limits.
 
-Every request goes over real sockets to a server on 127.0.0.1, on both transports where the
-transport supports the check; the CLI cases run `envkit` in real subprocesses.
+Every request goes over real sockets to a server on 127.0.0.1; the CLI cases run `envkit` in real
+subprocesses.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from envkit.serving import resolve_target
 from envkit.testing import ServedProcess, running_server
 from test_ors_clients import openreward_python  # noqa: F401 — a fixture (the SDK's own venv)
 
-pytestmark = pytest.mark.both_transports
 
 KEY = "test-key-7f3a9c0e51"
 
@@ -35,8 +34,8 @@ def echo_app(**access: Any) -> Any:
 
 
 @pytest.fixture
-def keyed_url(transport: str) -> Iterator[str]:
-    with running_server(echo_app(api_keys=[KEY]), transport=transport) as url:
+def keyed_url() -> Iterator[str]:
+    with running_server(echo_app(api_keys=[KEY])) as url:
         yield url
 
 
@@ -83,11 +82,10 @@ def test_without_a_key_every_route_but_health_answers_401_with_the_reason(keyed_
         assert answer.headers["www-authenticate"].startswith("Bearer")
 
 
-def test_the_web_page_files_load_without_a_key_and_its_data_needs_one(keyed_url: str, transport: str) -> None:
+def test_the_web_page_files_load_without_a_key_and_its_data_needs_one(keyed_url: str) -> None:
     """A person must be able to open the page to type the key in; what the page then reads is guarded."""
-    if transport == "uvicorn":
-        assert httpx.get(keyed_url + "/web").status_code == 200
-        assert httpx.get(keyed_url + "/web/static/main.js").status_code == 200
+    assert httpx.get(keyed_url + "/web").status_code == 200
+    assert httpx.get(keyed_url + "/web/static/main.js").status_code == 200
     for path in ("/web/reset-arguments", "/web/static/../../metadata", "/metadata"):
         assert httpx.get(keyed_url + path).status_code == 401, path
     assert httpx.get(keyed_url + "/web/reset-arguments", cookies={"envkit_api_key": KEY}).status_code in (200, 404)
@@ -136,32 +134,30 @@ def test_the_client_takes_the_key_from_envkit_api_key(keyed_url: str, monkeypatc
         assert env.step({"message": "hi"}).observation["echoed_message"] == "hi"
 
 
-def test_the_server_reads_envkit_api_key_and_metadata_never_shows_it(transport: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_reads_envkit_api_key_and_metadata_never_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVKIT_API_KEY", KEY)
-    with running_server(echo_app(), transport=transport) as url:
+    with running_server(echo_app()) as url:
         assert httpx.get(url + "/metadata").status_code == 401
         answer = httpx.get(url + "/metadata", headers={"X-API-Key": KEY})
     assert answer.json()["access"]["api_key_required"] is True and KEY not in answer.text
-    with running_server(echo_app(api_keys=[]), transport=transport) as url:   # [] overrides the environment
+    with running_server(echo_app(api_keys=[])) as url:   # [] overrides the environment
         assert httpx.get(url + "/metadata").json()["access"]["api_key_required"] is False
 
 
-def test_metadata_lists_the_protections(transport: str) -> None:
+def test_metadata_lists_the_protections() -> None:
     app = echo_app(api_keys=[KEY, "second-key"], allowed_origins=["https://app.example.com"])
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         access = httpx.get(url + "/metadata", headers={"X-API-Key": "second-key"}).json()["access"]
     assert access["allowed_origins"] == ["same origin", "https://app.example.com"]
     assert access["allowed_hosts"] == ["127.0.0.1", "localhost", "::1"] and access["open_paths"] == ["/", "/health", "/web", "/web/", "/web/static/*"]
     assert KEY not in json.dumps(access) and "second-key" not in json.dumps(access)
-    assert ("not_supported" in access) == (transport == "picows")
 
 
 # -- Origin --------------------------------------------------------------------------------------
 
 
-def test_a_cross_origin_page_is_refused_unless_allowed(transport: str) -> None:
-    with running_server(echo_app(allowed_origins=["https://app.example.com"]), transport=transport) as url:
+def test_a_cross_origin_page_is_refused_unless_allowed() -> None:
+    with running_server(echo_app(allowed_origins=["https://app.example.com"])) as url:
         status, body = asyncio.run(handshake(url, {"Origin": "https://evil.example"}))
         assert status == 403 and body["reason"] == "origin_not_allowed" and "--allow-origin" in body["detail"]
         assert httpx.get(url + "/tools", headers={"Origin": "https://evil.example"}).status_code == 403
@@ -172,10 +168,9 @@ def test_a_cross_origin_page_is_refused_unless_allowed(transport: str) -> None:
         preflight = httpx.request("OPTIONS", url + "/tools", headers={
             "Origin": "https://app.example.com", "Access-Control-Request-Method": "GET",
             "Access-Control-Request-Headers": "x-api-key"})
-        if transport == "uvicorn":   # picows parses GET requests only (documented)
-            assert preflight.status_code == 204 and "x-api-key" in preflight.headers["access-control-allow-headers"]
-            assert httpx.request("OPTIONS", url + "/tools", headers={
-                "Origin": "https://evil.example", "Access-Control-Request-Method": "GET"}).status_code == 403
+        assert preflight.status_code == 204 and "x-api-key" in preflight.headers["access-control-allow-headers"]
+        assert httpx.request("OPTIONS", url + "/tools", headers={
+            "Origin": "https://evil.example", "Access-Control-Request-Method": "GET"}).status_code == 403
         assert asyncio.run(handshake(url, {}))[0] == 101   # no Origin: not a browser, unaffected
 
 
@@ -200,8 +195,8 @@ def test_a_loopback_server_refuses_other_host_names(echo_url: str) -> None:
     assert asyncio.run(handshake_as_host(echo_url, f"localhost:{port}"))[0] == 101
 
 
-def test_allowed_hosts_replace_the_loopback_default(transport: str) -> None:
-    with running_server(echo_app(allowed_hosts=["env.example.com", "*.corp.example"]), transport=transport) as url:
+def test_allowed_hosts_replace_the_loopback_default() -> None:
+    with running_server(echo_app(allowed_hosts=["env.example.com", "*.corp.example"])) as url:
         assert httpx.get(url + "/tools", headers={"Host": "env.example.com"}).status_code == 200
         assert httpx.get(url + "/tools", headers={"Host": "a.corp.example:8443"}).status_code == 200
         assert httpx.get(url + "/tools", headers={"Host": "127.0.0.1"}).status_code == 403
@@ -210,15 +205,10 @@ def test_allowed_hosts_replace_the_loopback_default(transport: str) -> None:
 # -- fair share ----------------------------------------------------------------------------------
 
 
-def test_one_client_address_holds_at_most_its_share(transport: str) -> None:
+def test_one_client_address_holds_at_most_its_share() -> None:
     """Clients are told apart by X-Forwarded-For from a trusted proxy (127.0.0.1 here, standing in for one)."""
     app = echo_app(max_sessions_per_client=2, forwarded_allow_ips=["127.0.0.1"])
-    if transport == "picows":
-        with pytest.raises(ConfigurationError, match="does not enforce max_sessions_per_client"):
-            with running_server(app, transport=transport):
-                pass
-        return
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         alice = [EnvClient(url, headers={"X-Forwarded-For": "203.0.113.7"}).sync() for _ in range(3)]
         alice[0].reset(), alice[1].reset()
         with pytest.raises(CapacityError, match="per-client limit reached: 203.0.113.7 already holds 2 of the 2"):
@@ -251,8 +241,8 @@ def envkit(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
 
 
 @pytest.fixture
-def keyed_server(serve_args: tuple[str, ...]) -> Iterator[ServedProcess]:
-    with ServedProcess("echo", *serve_args, "--api-key-env", "ECHO_KEY", "--log-level", "debug",
+def keyed_server() -> Iterator[ServedProcess]:
+    with ServedProcess("echo", "--api-key-env", "ECHO_KEY", "--log-level", "debug",
                        env={"ECHO_KEY": KEY}) as served:
         yield served
 
@@ -291,11 +281,9 @@ def test_train_reports_a_refused_key_in_one_line(keyed_server: ServedProcess) ->
     assert "needs an API key and none was sent" in done.stderr.strip().splitlines()[-1]
 
 
-def test_serve_refuses_an_unset_key_variable_and_picows_per_client_limits() -> None:
+def test_serve_refuses_an_unset_key_variable() -> None:
     done = envkit("serve", "echo", "--api-key-env", "ENVKIT_NO_SUCH_VARIABLE")
     assert done.returncode == 2 and "ENVKIT_NO_SUCH_VARIABLE is not set or empty" in done.stderr
-    done = envkit("serve", "echo", "--transport", "picows", "--max-sessions-per-client", "2")
-    assert done.returncode == 2 and "--max-sessions-per-client needs the uvicorn transport" in done.stderr
 
 
 def test_the_per_client_share_counts_sessions_of_every_surface() -> None:

@@ -13,13 +13,11 @@ from envkit import EnvClient, EnvError, create_app
 from envkit.client import websocket_url
 from envkit.testing import running_server
 
-pytestmark = pytest.mark.both_transports
-
 
 @pytest.fixture
-def clash_url(transport: str):
+def clash_url():
     app = create_app(ClashingNamesEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         yield url
 
 

@@ -6,13 +6,11 @@ import json
 import socket
 from pathlib import Path
 
-import pytest
 import raw_ws
 
 from envkit import EnvClient
 from envkit.testing import ServedProcess
 
-pytestmark = pytest.mark.both_transports
 
 STEP_BYTES = 512 << 10
 GIVE_UP_AFTER = 256 << 20   # the server has clearly not stopped reading
@@ -25,8 +23,8 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_a_client_that_never_reads_is_not_read_either(serve_args: tuple[str, ...]) -> None:
-    with ServedProcess("echo", *serve_args) as served:
+def test_a_client_that_never_reads_is_not_read_either() -> None:
+    with ServedProcess("echo") as served:
         assert served.process is not None
         pid = served.process.pid
         hog = raw_ws.open_websocket(served.url)

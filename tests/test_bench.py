@@ -186,22 +186,20 @@ def test_churn_opens_and_closes_sessions(echo: str, client: str) -> None:
     assert result.sessions_per_s > 0
 
 
-@pytest.mark.parametrize("transport", ["uvicorn", "picows"])
-def test_raw_client_answers_the_server_keepalive(transport: str) -> None:
+def test_raw_client_answers_the_server_keepalive() -> None:
     """Sessions held quiet for several ping rounds survive only if the client answers each ping."""
     app = create_app(Echo, Said, Heard, max_concurrent_envs=8, ping_interval_s=0.2, ping_timeout_s=0.3)
 
     async def hold() -> None:
         await asyncio.sleep(1.5)
 
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         result = run_sync(run_load(url, 3, 2, client="raw", on_open=hold))
     assert (result.sessions_ok, result.steps, result.failures) == (3, 6, {})
 
 
-@pytest.mark.parametrize("transport", ["uvicorn", "picows"])
-def test_raw_client_reports_a_refused_handshake(transport: str) -> None:
-    with running_server(create_app(Echo, Said, Heard), transport=transport) as url:
+def test_raw_client_reports_a_refused_handshake() -> None:
+    with running_server(create_app(Echo, Said, Heard)) as url:
         result = run_sync(run_load(url.replace("http://", "ws://") + "/nowhere", 2, 1, client="raw"))
     assert result.sessions_ok == 0
     [(reason, count)] = result.failures.items()
@@ -341,21 +339,6 @@ def test_cli_says_when_nothing_answers() -> None:
     done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
     assert done.returncode == 1
     assert "no session succeeded" in done.stderr and "connection refused (2)" in done.stderr
-
-
-def test_cli_says_when_the_server_does_not_serve_the_surface_asked_for() -> None:
-    """The picows transport serves /ws only, and says so in /metadata: --protocol mcp or ors fails before any load,
-    in one line that says what to do, instead of as sessions that could not open."""
-    pytest.importorskip("picows")
-    with running_server(create_app(Echo, Said, Heard, max_concurrent_envs=4), transport="picows") as url:
-        mcp = bench_cli("--url", url, "--protocol", "mcp", "--sessions", "2", "--steps", "1")
-        ors = bench_cli("--url", url, "--protocol", "ors", "--sessions", "2", "--steps", "1")
-        ws = bench_cli("--url", url, "--sessions", "2", "--steps", "1")
-    assert mcp.returncode == 1 and "Traceback" not in mcp.stderr
-    assert "does not serve /mcp (transport: picows)" in mcp.stderr and "default uvicorn transport" in mcp.stderr
-    assert ors.returncode == 1 and "does not serve the Open Reward Standard" in ors.stderr
-    assert "--transport uvicorn" in ors.stderr
-    assert ws.returncode == 0, ws.stderr
 
 
 def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_traceback() -> None:

@@ -16,18 +16,16 @@ from sample_envs import (CounterAction, CounterEnvironment, CounterObservation, 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from envkit import CapacityError, EnvClient, EnvConnectionError, SessionLostError, create_app
+from envkit import CapacityError, EnvClient, EnvConnectionError, create_app
 from envkit.bench import run_churn, run_sync
 from envkit.client import websocket_url
 from envkit.testing import running_server
 
-pytestmark = pytest.mark.both_transports
-
 
 @pytest.fixture
-def two_slot_url(transport: str) -> Iterator[str]:
+def two_slot_url() -> Iterator[str]:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         yield url
 
 
@@ -123,7 +121,7 @@ def test_slot_frees_when_a_client_leaves_during_a_slow_step(two_slot_url: str) -
     assert CounterEnvironment.instances == built + 2
 
 
-def test_a_slot_comes_back_only_once_the_environment_has_closed(transport: str) -> None:
+def test_a_slot_comes_back_only_once_the_environment_has_closed() -> None:
     """max_concurrent_envs bounds live environments: while a closed session's env.close() still runs, its slot
     stays taken, however the session ended (here the client sent close, then its socket went)."""
     app = create_app(StuckCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
@@ -131,7 +129,7 @@ def test_a_slot_comes_back_only_once_the_environment_has_closed(transport: str) 
     pool = app.state.envkit_pool
     StuckCloseEnvironment.release.clear()
     try:
-        with running_server(app, transport=transport) as url:
+        with running_server(app) as url:
             with EnvClient(url).sync() as first:
                 first.reset()
             wait_for(lambda: pool.closing == 1)
@@ -146,20 +144,18 @@ def test_a_slot_comes_back_only_once_the_environment_has_closed(transport: str) 
         StuckCloseEnvironment.release.set()
 
 
-def test_a_client_that_closes_and_reopens_at_once_gets_the_one_slot(transport: str) -> None:
+def test_a_client_that_closes_and_reopens_at_once_gets_the_one_slot() -> None:
     """The slot of a session still closing on the server (its env's close() takes 0.3 s) goes to the reconnect."""
     app = create_app(SlowCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         for round_number in range(4):
             with EnvClient(url).sync() as client:
                 client.reset()
                 assert client.step(CounterAction(amount=round_number)).observation["total"] == round_number
 
 
-def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) -> None:
+def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown() -> None:
     """A connection waiting for a slot when the server stops is told it is shutting down, not left hanging."""
-    if transport == "picows":
-        pytest.skip("the picows transport waits only for the slot of a closing session: see the test below")
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
                      capacity_wait_s=60)
     pool = app.state.envkit_pool
@@ -172,7 +168,7 @@ def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) 
         except BaseException as error:  # noqa: BLE001 - the test reads which error it was
             outcome.append(error)
 
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         holder = EnvClient(url).sync().connect()
         waiting = threading.Thread(target=connect_second, args=(url,))
         waiting.start()
@@ -186,47 +182,13 @@ def test_a_connection_waiting_for_a_slot_is_refused_at_shutdown(transport: str) 
     assert "shutting down" in str(outcome[0])
 
 
-def test_picows_waits_for_the_slot_of_a_closing_session_after_the_handshake() -> None:
-    """picows answers the handshake before it can wait, so a connection that finds the one slot held by a
-    closing session (its env's close() hangs) is accepted and waits; its first message is then answered
-    once the slot comes back, or, when the server stops first, refused as shutting down."""
-    app = create_app(StuckCloseEnvironment, CounterAction, CounterObservation, max_concurrent_envs=1,
-                     capacity_wait_s=30)
-    pool = app.state.envkit_pool
-    StuckCloseEnvironment.release.clear()
-    try:
-        with running_server(app, transport="picows") as url:
-            with EnvClient(url).sync() as first:
-                first.reset()
-            wait_for(lambda: pool.closing == 1)
-            second = EnvClient(url).sync().connect()
-            assert second.session_id
-            wait_for(lambda: pool.waiting_for_slots == 1)
-            threading.Timer(0.5, StuckCloseEnvironment.release.set).start()
-            assert second.reset().reward == 0.0   # answered once the first session's close() returned
-            assert second.step({"amount": 2}).observation["total"] == 2
-            assert pool.active == 1
-            StuckCloseEnvironment.release.clear()
-            second.close()
-            wait_for(lambda: pool.closing == 1)
-            third = EnvClient(url).sync().connect()
-            wait_for(lambda: pool.waiting_for_slots == 1)
-            threading.Timer(1.0, StuckCloseEnvironment.release.set).start()   # lets the shutdown finish
-        # leaving the block stopped the server while the third connection waited
-        with pytest.raises((CapacityError, SessionLostError)) as refused:
-            third.reset()
-        assert "shutting down" in str(refused.value)
-    finally:
-        StuckCloseEnvironment.release.set()
-
-
-def test_no_slot_leaks_when_more_clients_than_slots_open_and_close_sessions(transport: str) -> None:
+def test_no_slot_leaks_when_more_clients_than_slots_open_and_close_sessions() -> None:
     """Twelve loops opening, resetting and closing sessions against four slots whose environments take a while
     to close: connections wait for slots or are refused, and once the loops stop every count is back to zero."""
     app = create_app(SlowClosingCounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=4,
                      capacity_wait_s=0.5)
     pool = app.state.envkit_pool
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         result = run_sync(run_churn(url, 2.0, workers=12, client="raw"))
         wait_for(lambda: (pool.active, pool.closing, pool.waiting_for_slots, len(pool._sessions)) == (0, 0, 0, 0))
     assert result.sessions > 0

@@ -127,16 +127,11 @@ def test_a_folder_without_a_model_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2 and "the folder has no config.json" in one_line(done)
 
 
-def test_train_against_a_server_that_does_not_speak_ors_says_so(tmp_path: Path) -> None:
-    """`--protocol ors` against a server without the Open Reward Standard (the picows transport serves /ws only):
-    one line naming the route that failed, not a traceback."""
-    pytest.importorskip("picows")
-    from envkit.serving import app_from_environment, resolve_target
-    from envkit.testing import running_server
-
-    with running_server(app_from_environment(resolve_target("echo").env_class), transport="picows") as url:
-        done = envkit("train", "--env-url", url, "--protocol", "ors", "--max-steps", "1",
-                      "--output-dir", str(tmp_path / "out"))
+def test_train_against_a_server_that_does_not_speak_ors_says_so(tmp_path: Path, stand_in_hub: str) -> None:
+    """`--protocol ors` against a server without the Open Reward Standard (the stand-in Hub, which answers every
+    GET with a JSON 404): one line naming the route that failed, not a traceback."""
+    done = envkit("train", "--env-url", stand_in_hub, "--protocol", "ors", "--max-steps", "1",
+                  "--output-dir", str(tmp_path / "out"))
     assert done.returncode == 1
     line = one_line(done)
     assert "does not answer the Open Reward Standard's GET /list_environments" in line and "404" in line
@@ -145,13 +140,12 @@ def test_train_against_a_server_that_does_not_speak_ors_says_so(tmp_path: Path) 
 # -- envkit serve --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("transport", ["uvicorn", "picows"])
-def test_serve_on_a_busy_port_says_which_and_what_to_do(transport: str) -> None:
+def test_serve_on_a_busy_port_says_which_and_what_to_do() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = envkit("serve", "echo", "--port", str(port), "--transport", transport)
+        done = envkit("serve", "echo", "--port", str(port))
     assert done.returncode == 1 and "Application startup complete" not in done.stdout + done.stderr
     line = one_line(done)
     assert f"port {port} on 127.0.0.1 is already in use" in line and "--port 0" in line

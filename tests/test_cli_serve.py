@@ -16,8 +16,6 @@ from envkit.testing import ServedProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.both_transports
-
 
 def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True, timeout=60,
@@ -34,7 +32,6 @@ def envkit(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     (["serve", "echo", "--max-concurrent-envs", "0"], "Invalid value for '--max-concurrent-envs'"),
     (["serve", "echo", "--session-timeout", "-1"], "Invalid value for '--session-timeout'"),
     (["serve", "echo", "--bogus"], "No such option"),   # click's wording of the rest changed across 8.x
-    (["serve", "echo", "--transport", "hypercorn"], "Invalid value for '--transport'"),
     (["serve", "echo", "--ping-timeout", "0"], "Invalid value for '--ping-timeout'"),
     (["serve", "echo", "--capacity-wait", "-1"], "Invalid value for '--capacity-wait'"),
     (["serve", "echo", "--ping-interval", "-1"], "Invalid value for '--ping-interval'"),
@@ -52,14 +49,14 @@ def test_bad_environment_variable_is_a_usage_error() -> None:
     assert done.returncode == 2 and "MAX_CONCURRENT_ENVS='lots' is not a number" in done.stderr
 
 
-def test_serve_honours_max_concurrent_envs_from_the_environment(serve_args: tuple[str, ...]) -> None:
-    with ServedProcess("echo", *serve_args, env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
+def test_serve_honours_max_concurrent_envs_from_the_environment() -> None:
+    with ServedProcess("echo", env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
         assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 3
         assert "max 3 sessions" in "".join(served.output)
 
 
-def test_serve_flag_beats_the_environment_and_an_env_folder_path_works(serve_args: tuple[str, ...]) -> None:
-    with ServedProcess(str(REPO / "envs" / "echo"), "--max-concurrent-envs", "5", *serve_args,
+def test_serve_flag_beats_the_environment_and_an_env_folder_path_works() -> None:
+    with ServedProcess(str(REPO / "envs" / "echo"), "--max-concurrent-envs", "5",
                        env=subprocess_env(MAX_CONCURRENT_ENVS="3")) as served:
         assert httpx.get(served.url + "/health", trust_env=False).json()["max_sessions"] == 5
         with EnvClient(served.url).sync() as env:
@@ -67,9 +64,9 @@ def test_serve_flag_beats_the_environment_and_an_env_folder_path_works(serve_arg
             assert env.step({"message": "folder"}).reward == pytest.approx(0.6)
 
 
-def test_serve_module_class_target(serve_args: tuple[str, ...]) -> None:
+def test_serve_module_class_target() -> None:
     with ServedProcess("sample_envs:CounterEnvironment", "--session-timeout", "30", "--capacity-wait", "0.5",
-                       "--ping-interval", "10", "--ping-timeout", "5", *serve_args, env=subprocess_env()) as served:
+                       "--ping-interval", "10", "--ping-timeout", "5", env=subprocess_env()) as served:
         metadata = httpx.get(served.url + "/metadata", trust_env=False).json()
         assert metadata["name"] == "CounterEnvironment" and metadata["session_timeout_s"] == 30
         assert (metadata["capacity_wait_s"], metadata["ping_interval_s"], metadata["ping_timeout_s"]) == (0.5, 10, 5)
@@ -83,16 +80,15 @@ def test_help_has_an_example() -> None:
     assert done.returncode == 0 and "envkit serve echo --port 8001" in done.stdout
 
 
-def test_picows_transport_without_picows_is_a_usage_error(tmp_path: Path) -> None:
-    """picows is installed here, so a package of that name that fails to import stands in for its absence."""
-    (tmp_path / "picows").mkdir()
-    (tmp_path / "picows" / "__init__.py").write_text("raise ImportError(\"No module named 'picows'\")\n")
-    env = subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    done = envkit("serve", "echo", "--transport", "picows", env=env)
-    assert done.returncode == 2
-    assert "--transport picows needs picows and uvloop" in done.stderr and "pip install 'envkit[bench]'" in done.stderr
-
+@pytest.mark.parametrize("value", ["picows", "uvicorn"])
+def test_the_removed_transport_option_says_what_serves_instead(value: str) -> None:
+    """A command line from before `--transport` was removed fails in one line that says what the one transport
+    serves, and `--help` no longer lists the option."""
+    done = envkit("serve", "echo", "--transport", value)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "--transport was removed" in line and all(part in line for part in ("/ws", "/mcp", "Open Reward", "/web"))
+    assert "--transport" not in envkit("serve", "--help").stdout
 
 
 def process_environment(pid: int) -> dict[str, str]:
@@ -103,10 +99,10 @@ def process_environment(pid: int) -> dict[str, str]:
 @pytest.mark.skipif(not Path("/proc/self/environ").exists() or "PYTHONMALLOC" in os.environ,
                     reason="reads the server's environment from /proc; needs PYTHONMALLOC unset here")
 @pytest.mark.parametrize("given, expected", [(None, "malloc"), ("pymalloc", "pymalloc")])
-def test_serve_runs_on_the_c_allocator_unless_pythonmalloc_is_set(serve_args: tuple[str, ...], given: str | None,
+def test_serve_runs_on_the_c_allocator_unless_pythonmalloc_is_set(given: str | None,
                                                                   expected: str) -> None:
     """Same process id and command line, re-run once with PYTHONMALLOC=malloc; a PYTHONMALLOC given is kept."""
-    with ServedProcess("echo", *serve_args, env={"PYTHONMALLOC": given} if given else None) as served:
+    with ServedProcess("echo", env={"PYTHONMALLOC": given} if given else None) as served:
         assert served.process is not None
         assert process_environment(served.process.pid).get("PYTHONMALLOC") == expected
         with EnvClient(served.url).sync() as client:

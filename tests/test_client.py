@@ -10,7 +10,6 @@ from sample_envs import CounterObservation
 from envkit import CapacityError, EnvClient, EnvConnectionError, EnvError, SessionLostError
 from envkit.testing import free_port
 
-pytestmark = pytest.mark.both_transports
 
 
 async def test_async_episode(echo_url: str) -> None:

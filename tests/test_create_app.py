@@ -55,10 +55,9 @@ def test_factory_needs_a_known_class() -> None:
     create_app(lambda: CounterEnvironment(), CounterAction, CounterObservation, env_class=CounterEnvironment)
 
 
-@pytest.mark.both_transports
-def test_factory_failure_is_reported_at_connect_and_server_carries_on(transport: str) -> None:
+def test_factory_failure_is_reported_at_connect_and_server_carries_on() -> None:
     app = create_app(BrokenFactoryEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         for _ in range(3):   # repeated failures leak no capacity
             with pytest.raises(EnvError) as error:
                 EnvClient(url).sync().connect()
@@ -203,16 +202,3 @@ def test_google_docstring_parsing_keeps_typed_arguments() -> None:
     assert parsed.description == "Summary line."
     assert parsed.args == {"name": "The name.", "rest": "Ignored here."}
     assert parsed.returns == "str: text"
-
-
-def test_server_transports_are_named_and_picows_serves_only_envkit_apps() -> None:
-    from fastapi import FastAPI
-
-    from envkit.picows_server import PicowsServer
-
-    app = create_app(CounterEnvironment, CounterAction, CounterObservation)
-    with pytest.raises(ValueError, match="transport must be 'uvicorn' or 'picows', got 'tornado'"):
-        with running_server(app, transport="tornado"):
-            pass
-    with pytest.raises(TypeError, match="apps made by envkit.create_app"):
-        PicowsServer(FastAPI())

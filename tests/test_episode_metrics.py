@@ -1,6 +1,6 @@
 """Episode metrics: declared in the contract, aggregated once, sent on the wire only to clients that ask.
 
-Real servers on 127.0.0.1 (both transports), raw WebSocket clients and `EnvClient`.
+Real servers on 127.0.0.1, raw WebSocket clients and `EnvClient`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from envkit.episode_metrics import check_metrics, metrics_from_metadata, summari
 from envkit.serving import app_from_environment, resolve_target
 from envkit.testing import running_server
 
-pytestmark = pytest.mark.both_transports
 
 WORDLE_METRICS = resolve_target("wordle").env_class.METRICS
 
@@ -65,9 +64,9 @@ def frames(url: str, headers: dict[str, str] | None) -> list[str]:
         return replies
 
 
-def test_metrics_reach_only_clients_that_ask_for_them(transport: str) -> None:
+def test_metrics_reach_only_clients_that_ask_for_them() -> None:
     target = resolve_target("wordle")
-    with running_server(app_from_environment(target.env_class, env_name="wordle"), transport=transport) as url:
+    with running_server(app_from_environment(target.env_class, env_name="wordle")) as url:
         plain = frames(url, None)
         asked = frames(url, {"x-envkit-features": "metrics"})
         metadata = httpx.get(url + "/metadata", trust_env=False).json()
@@ -87,9 +86,9 @@ def test_metrics_reach_only_clients_that_ask_for_them(transport: str) -> None:
     assert metrics_from_metadata(metadata) == tuple(WORDLE_METRICS)
 
 
-def test_env_client_exposes_metrics_after_reset_step_and_tool_call(transport: str) -> None:
+def test_env_client_exposes_metrics_after_reset_step_and_tool_call() -> None:
     target = resolve_target("catch")
-    with running_server(app_from_environment(target.env_class, env_name="catch"), transport=transport) as url:
+    with running_server(app_from_environment(target.env_class, env_name="catch")) as url:
         with EnvClient(url).sync() as env:
             assert env.reset(ball_column=2, seed=1).metrics == {"caught": 0, "moves": 0}
             assert env.step({"action_id": 0}).metrics == {"caught": 0, "moves": 1}

@@ -18,8 +18,6 @@ from envkit.serving import resolve_target
 from envkit.testing import running_server
 from envkit.uvicorn_protocols import HeadLimits
 
-pytestmark = pytest.mark.both_transports
-
 
 def echo_app(**settings):
     target = resolve_target("echo")
@@ -30,8 +28,8 @@ def health(url: str) -> dict:
     return httpx.get(url + "/health", timeout=10, trust_env=False).json()
 
 
-def test_plain_http_requests_to_ws_take_no_slot(transport: str) -> None:
-    with running_server(echo_app(max_concurrent_envs=8), transport=transport) as url:
+def test_plain_http_requests_to_ws_take_no_slot() -> None:
+    with running_server(echo_app(max_concurrent_envs=8)) as url:
         for _ in range(8):
             with raw_ws.connect(url) as sock:   # what `curl http://HOST:PORT/ws` sends
                 sock.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n")
@@ -55,9 +53,9 @@ def test_the_message_limit_counts_bytes_not_characters(echo_url: str) -> None:
         assert reply["data"]["observation"]["message_length"] == 250_000
 
 
-def test_an_endless_handshake_header_is_cut_off(transport: str) -> None:
-    """A 16 MiB header line must not be read in full: uvicorn answers 431 past 64 KiB, picows drops it past 16 KiB."""
-    with running_server(echo_app(), transport=transport) as url:
+def test_an_endless_handshake_header_is_cut_off() -> None:
+    """A 16 MiB header line must not be read in full: the server answers 431 past 64 KiB."""
+    with running_server(echo_app()) as url:
         with raw_ws.connect(url) as sock:
             sock.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ")
             sent, chunk = 0, b"a" * 65536
@@ -70,13 +68,12 @@ def test_an_endless_handshake_header_is_cut_off(transport: str) -> None:
             assert sent < 8 << 20
         with EnvClient(url).sync() as env:
             assert env.reset().reward == 0.0
-        if transport == "uvicorn":
-            with raw_ws.connect(url) as sock:
-                try:
-                    sock.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * (100 << 10))
-                except OSError:
-                    pass
-                assert raw_ws.read_head(sock).startswith(b"HTTP/1.1 431")
+        with raw_ws.connect(url) as sock:
+            try:
+                sock.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * (100 << 10))
+            except OSError:
+                pass
+            assert raw_ws.read_head(sock).startswith(b"HTTP/1.1 431")
 
 
 def test_a_large_body_sent_with_its_head_is_not_taken_for_a_long_head() -> None:
@@ -91,9 +88,7 @@ def test_a_large_body_sent_with_its_head_is_not_taken_for_a_long_head() -> None:
         assert status == b"200"
 
 
-def test_a_handshake_sent_a_byte_at_a_time_is_timed_out(transport: str) -> None:
-    if transport == "picows":
-        pytest.skip("picows closes a handshake after its fixed 10 s handshake timeout; too slow to wait for here")
+def test_a_handshake_sent_a_byte_at_a_time_is_timed_out() -> None:
     app = echo_app()
     limits = HeadLimits(app.state.envkit_metrics, head_timeout_s=0.5)
     with running_server(app, head_limits=limits) as url, raw_ws.connect(url) as sock:
@@ -112,9 +107,7 @@ def test_a_handshake_sent_a_byte_at_a_time_is_timed_out(transport: str) -> None:
         assert app.state.envkit_metrics.bad_input["handshake_timeout"] == 1
 
 
-def test_stalled_handshakes_beyond_the_limit_make_room_for_new_clients(transport: str) -> None:
-    if transport == "picows":
-        pytest.skip("picows limits stalled handshakes by its 10 s handshake timeout only")
+def test_stalled_handshakes_beyond_the_limit_make_room_for_new_clients() -> None:
     app = echo_app()
     limits = HeadLimits(app.state.envkit_metrics, max_pending_heads=16, min_evict_age_s=0.5)
 

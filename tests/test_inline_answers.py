@@ -1,6 +1,6 @@
 """Frames of `RUN_INLINE` environments answered inside the transport's callbacks (`envkit.inline_answers`).
 
-Both transports answer such frames without a task, except a frame whose answer must wait (here a tool
+The default transport answers such frames without a task, except a frame whose answer must wait (here a tool
 that is a coroutine): frames sent meanwhile are answered after it, in order, and a client that goes
 away meanwhile has its session closed only once that answer is done.
 """
@@ -12,13 +12,10 @@ import json
 import time
 from typing import Any
 
-import pytest
 import raw_ws
 
 from envkit import Action, Environment, Observation, State, create_app, tool
 from envkit.testing import running_server
-
-pytestmark = pytest.mark.both_transports
 
 
 class Add(Action):
@@ -71,9 +68,9 @@ def read_frames(sock: Any, count: int) -> list[dict[str, Any]]:
     return [json.loads(raw_ws.read_frame(sock)[1]) for _ in range(count)]
 
 
-def test_frames_after_one_that_waits_are_answered_after_it_in_order(transport: str) -> None:
+def test_frames_after_one_that_waits_are_answered_after_it_in_order() -> None:
     app = create_app(InlineCounter, Add, Total, max_concurrent_envs=4)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         sock = raw_ws.open_websocket(url)
         with sock:
             frames = [b'{"type":"reset"}', b'{"type":"call","data":{"tool":"pause","args":{"seconds":0.05}}}']
@@ -85,10 +82,10 @@ def test_frames_after_one_that_waits_are_answered_after_it_in_order(transport: s
     assert [reply["data"]["observation"]["total"] for reply in replies[2:]] == list(range(1, 41))
 
 
-def test_a_client_gone_during_an_answer_that_waits_is_closed_after_it(transport: str) -> None:
+def test_a_client_gone_during_an_answer_that_waits_is_closed_after_it() -> None:
     InlineCounter.journal = []
     app = create_app(InlineCounter, Add, Total, max_concurrent_envs=4)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         sock = raw_ws.open_websocket(url)
         sock.sendall(raw_ws.frame(b'{"type":"reset"}'))
         read_frames(sock, 1)

@@ -372,21 +372,7 @@ def test_the_reset_tool_lists_the_environments_reset_arguments(echo_server: str)
     assert tools["move"]["inputSchema"]["required"][0] == "episode_id"
 
 
-# -- the picows transport and envkit validate -----------------------------------------------------------------------
-
-
-def test_picows_says_it_serves_no_mcp() -> None:
-    pytest.importorskip("picows")
-    with running_server(app_for(max_concurrent_envs=2), transport="picows") as url:
-        metadata = httpx.get(url + "/metadata", trust_env=False).json()
-        assert metadata["transport"] == "picows" and "/mcp" in metadata["not_served"]
-        response = httpx.get(url + "/mcp", trust_env=False)
-        assert response.status_code == 404 and "does not serve /mcp" in response.json()["detail"]
-        assert httpx.post(url + "/mcp", json={}, trust_env=False).status_code >= 400   # picows reads no request body
-        with connect(url.replace("http", "ws") + "/ws?session_id=abc") as socket:
-            refusal = json.loads(socket.recv())["data"]
-        assert refusal["code"] == "SESSION_UNAVAILABLE" and "serves no /mcp" in refusal["message"]
-        assert health(url)["active_sessions"] == 0
+# -- envkit validate ----------------------------------------------------------------------------------------------
 
 
 def test_envkit_validate_checks_both_mcp_dialects(echo_server: str) -> None:
@@ -398,8 +384,3 @@ def test_envkit_validate_checks_both_mcp_dialects(echo_server: str) -> None:
     checks = {check.name: check for check in report.checks}
     assert report.ok and checks["mcp (openenv)"].status == "ok" and checks["mcp (standard)"].status == "ok"
     assert "echo({'message': 'hello'}) → 'hello'" in checks["mcp (standard)"].detail
-    with running_server(app_for(max_concurrent_envs=2), transport="picows") as url:
-        report = asyncio.run(validate_url(url))
-    checks = {check.name: check for check in report.checks}
-    assert report.ok and checks["mcp (openenv)"].status == "warn"
-    assert "does not serve /mcp" in checks["mcp (standard)"].detail

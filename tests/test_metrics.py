@@ -1,4 +1,4 @@
-"""`GET /metrics`: Prometheus text with sessions, refusals, bad input, frames and their latency, on both transports."""
+"""`GET /metrics`: Prometheus text with sessions, refusals, bad input, frames and their latency."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from envkit.metrics import LATENCY_BUCKETS_S
 from envkit.serving import resolve_target
 from envkit.testing import running_server
 
-pytestmark = pytest.mark.both_transports
 
 SAMPLE = re.compile(r'^(\w+)(\{[^}]*\})? (\S+)$')
 
@@ -35,11 +34,11 @@ def scrape(url: str) -> tuple[dict[str, float], str]:
     return samples, response.text
 
 
-def test_metrics_count_sessions_refusals_bad_input_and_frames(transport: str) -> None:
+def test_metrics_count_sessions_refusals_bad_input_and_frames() -> None:
     target = resolve_target("echo")
     app = create_app(target.env_class, target.action_cls, target.observation_cls, max_concurrent_envs=2,
                      capacity_wait_s=0)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         with EnvClient(url).sync() as first, EnvClient(url).sync() as second:
             first.reset()
             for index in range(5):

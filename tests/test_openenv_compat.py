@@ -23,8 +23,6 @@ PEER = Path(__file__).resolve().parent / "openenv_peer"
 REPO = Path(__file__).resolve().parents[1]
 OPENENV_ECHO = REPO / "benchmarks" / "servers" / "openenv_echo.py"
 
-pytestmark = pytest.mark.both_transports
-
 
 def run_peer(python: str, script: str, *args: str) -> list[dict]:
     done = subprocess.run([python, str(PEER / script), *args], capture_output=True, text=True, timeout=120)
@@ -32,8 +30,8 @@ def run_peer(python: str, script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str, serve_args: tuple[str, ...]) -> None:
-    with ServedProcess("echo", *serve_args) as served:
+def test_openenv_client_plays_against_envkit_serve_echo(openenv_python: str) -> None:
+    with ServedProcess("echo") as served:
         lines = run_peer(openenv_python, "generic_client_episode.py", served.url)
     reset, hello, envkit_step, state, error, after = lines
     assert reset["observation"]["echoed_message"] == "Echo environment ready!" and reset["reward"] == 0.0

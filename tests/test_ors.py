@@ -355,16 +355,7 @@ def test_secrets_are_never_logged(url: str, caplog: pytest.LogCaptureFixture) ->
     assert marker not in caplog.text and base64.b64encode(secrets).decode() not in caplog.text
 
 
-def test_picows_transport_says_it_does_not_serve_ors() -> None:
-    pytest.importorskip("picows")
-    with running_server(notes_app(max_concurrent_envs=2), transport="picows") as url, httpx.Client(base_url=url) as http:
-        assert http.get("/metadata").json()["ors"]["served"] is False
-        assert "--transport uvicorn" in http.get("/metadata").json()["ors"]["why"]
-        assert http.post("/create_session").status_code >= 400 and http.get("/splits").status_code == 404
-        assert http.get("/tools", headers={"X-Deployment": "notes"}).json()["tools"][0]["type"] == "function"
-
-
-def test_validate_checks_the_ors_routes_and_warns_where_they_are_missing() -> None:
+def test_validate_checks_the_ors_routes_and_warns_where_tasks_are_missing() -> None:
     import asyncio
 
     from envkit.validate import validate_url
@@ -383,11 +374,6 @@ def test_validate_checks_the_ors_routes_and_warns_where_they_are_missing() -> No
     checks = {check.name: check for check in report.checks}
     assert report.ok and checks["ors catalogue"].status == "warn" and "TASKS" in checks["ors catalogue"].detail
     assert checks["ors session"].status == "ok" and "empty task spec" in checks["ors session"].detail
-    pytest.importorskip("picows")
-    with running_server(notes_app(max_concurrent_envs=4), transport="picows") as url:
-        report = asyncio.run(validate_url(url))
-    checks = {check.name: check for check in report.checks}
-    assert report.ok and checks["ors"].status == "warn" and "--transport uvicorn" in checks["ors"].detail
 
 
 class InlineNotes(NotesEnvironment):

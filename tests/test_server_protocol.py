@@ -14,8 +14,6 @@ from websockets.sync.client import connect
 from envkit.client import websocket_url
 from envkit.protocol import SESSION_ID_HEADER
 
-pytestmark = pytest.mark.both_transports
-
 
 def ws(url: str):
     return connect(websocket_url(url), proxy=None)
@@ -109,7 +107,7 @@ def test_reset_arguments_reach_a_reset_that_takes_any(counter_url: str) -> None:
 
 
 def test_reset_arguments_the_environment_does_not_take_are_dropped_and_logged_once(
-        transport: str, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     from sample_envs import CounterAction, CounterObservation, StrictResetEnvironment
 
     from envkit import create_app
@@ -117,7 +115,7 @@ def test_reset_arguments_the_environment_does_not_take_are_dropped_and_logged_on
 
     caplog.set_level(logging.WARNING, logger="envkit.server")
     app = create_app(StrictResetEnvironment, CounterAction, CounterObservation)
-    with running_server(app, transport=transport) as url, ws(url) as sock:
+    with running_server(app) as url, ws(url) as sock:
         for tag in ("t1", "t2"):
             reply = ask(sock, {"type": "reset", "data": {"tag": tag, "prompt": "dataset column"}})
             assert reply["type"] == "observation" and reply["data"]["observation"]["tag"] == tag
@@ -126,14 +124,14 @@ def test_reset_arguments_the_environment_does_not_take_are_dropped_and_logged_on
     assert warnings[0].startswith("reset ignores prompt: the environment's reset() takes only episode_id, seed, tag")
 
 
-def test_environment_returning_a_non_observation_is_an_execution_error(transport: str) -> None:
+def test_environment_returning_a_non_observation_is_an_execution_error() -> None:
     from sample_envs import BadObservationEnvironment, CounterAction, CounterObservation
 
     from envkit import create_app
     from envkit.testing import running_server
 
     app = create_app(BadObservationEnvironment, CounterAction, CounterObservation)
-    with running_server(app, transport=transport) as url, ws(url) as sock:
+    with running_server(app) as url, ws(url) as sock:
         ask(sock, {"type": "reset"})
         reply = ask(sock, {"type": "step", "data": {}})
         assert reply["data"]["code"] == "EXECUTION_ERROR"
@@ -152,8 +150,8 @@ def test_http_routes_describe_the_environment(counter_url: str) -> None:
         assert metadata["name"] == "CounterEnvironment" and metadata["tools"] == ["add", "peek"]
         tools = {t["function"]["name"]: t for t in http.get("/tools").json()["tools"]}
         assert tools["add"]["function"]["parameters"]["required"] == ["amount"]
-        # no stateless /step (picows refuses any request with a body before routing it: 400)
-        assert http.post("/step", json={"action": {}}).status_code in (400, 404, 405)
+        # no stateless /step
+        assert http.post("/step", json={"action": {}}).status_code in (404, 405)
 
 
 def test_text_feature_in_the_handshake_adds_rendered_text(echo_url: str) -> None:
@@ -191,7 +189,7 @@ def test_frames_sent_without_waiting_are_answered_in_order(echo_url: str, counte
         assert closed.value.rcvd.code == 1000
 
 
-def test_messages_after_close_reach_no_environment(transport: str) -> None:
+def test_messages_after_close_reach_no_environment() -> None:
     """A client that sends `close` and more frames at once: the session ends at `close`, and the environment
     is never called again (the frames after it are dropped, whatever arrives in the same read)."""
     from sample_envs import CounterAction, CounterObservation, RecordingEnvironment
@@ -201,7 +199,7 @@ def test_messages_after_close_reach_no_environment(transport: str) -> None:
 
     RecordingEnvironment.calls = []
     app = create_app(RecordingEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         with ws(url) as sock:
             assert ask(sock, {"type": "reset"})["type"] == "observation"
             frames = [json.dumps({"type": "close"})] + [json.dumps({"type": "step", "data": {"amount": 1}})] * 20

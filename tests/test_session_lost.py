@@ -20,12 +20,10 @@ from envkit.testing import ServedProcess, free_port, running_server
 
 COUNTER = "sample_envs:CounterEnvironment"
 
-pytestmark = pytest.mark.both_transports
 
-
-def test_server_killed_mid_call_then_reset_on_a_new_server(serve_args: tuple[str, ...]) -> None:
+def test_server_killed_mid_call_then_reset_on_a_new_server() -> None:
     port = free_port()
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args, port=port, env=subprocess_env()) as served:
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", port=port, env=subprocess_env()) as served:
         env = EnvClient(served.url).sync()
         env.reset(tag="doomed")
         session_id = env.session_id
@@ -49,7 +47,7 @@ def test_server_killed_mid_call_then_reset_on_a_new_server(serve_args: tuple[str
     for later in (lambda: env.step({"amount": 1}), env.state, lambda: env.call("peek")):
         with pytest.raises(SessionLostError):
             later()
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args, port=port, env=subprocess_env()):
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", port=port, env=subprocess_env()):
         result = env.reset(tag="second life")
         assert result.observation == {"total": 0, "tag": "second life", "metadata": {}}
         assert env.session_id != session_id
@@ -57,10 +55,10 @@ def test_server_killed_mid_call_then_reset_on_a_new_server(serve_args: tuple[str
         env.close()
 
 
-def test_idle_reap_closes_socket_and_names_the_timeout(transport: str) -> None:
+def test_idle_reap_closes_socket_and_names_the_timeout() -> None:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=4,
                      session_timeout_s=0.5)
-    with running_server(app, transport=transport) as url:
+    with running_server(app) as url:
         env = EnvClient(url).sync()
         env.reset()
         deadline = time.monotonic() + 10
@@ -74,7 +72,7 @@ def test_idle_reap_closes_socket_and_names_the_timeout(transport: str) -> None:
         env.close()
 
 
-def test_an_environment_stuck_closing_does_not_hold_up_reaping_the_others(transport: str) -> None:
+def test_an_environment_stuck_closing_does_not_hold_up_reaping_the_others() -> None:
     """Two idle sessions whose env.close() hangs: both sockets are closed with 4408 while the closes still hang.
 
     The sessions are never reset: a machine that stalls for the idle timeout cannot reap one before the test talks."""
@@ -82,7 +80,7 @@ def test_an_environment_stuck_closing_does_not_hold_up_reaping_the_others(transp
                      session_timeout_s=0.5)
     StuckCloseEnvironment.release.clear()
     try:
-        with running_server(app, transport=transport) as url, contextlib.ExitStack() as stack:
+        with running_server(app) as url, contextlib.ExitStack() as stack:
             sockets = [stack.enter_context(connect(websocket_url(url), proxy=None)) for _ in range(2)]
             for sock in sockets:
                 with pytest.raises(ConnectionClosed) as closed:
@@ -93,17 +91,17 @@ def test_an_environment_stuck_closing_does_not_hold_up_reaping_the_others(transp
         StuckCloseEnvironment.release.set()
 
 
-def test_busy_session_is_not_reaped_mid_step(transport: str) -> None:
+def test_busy_session_is_not_reaped_mid_step() -> None:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
                      session_timeout_s=1.0)
-    with running_server(app, transport=transport) as url, EnvClient(url).sync() as env:
+    with running_server(app) as url, EnvClient(url).sync() as env:
         env.reset()
         assert env.step({"sleep_s": 3.0, "amount": 7}).observation["total"] == 7
 
 
-def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, serve_args: tuple[str, ...]) -> None:
+def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path) -> None:
     marker = tmp_path / "closed.txt"
-    with ServedProcess(COUNTER, "--max-concurrent-envs", "4", *serve_args,
+    with ServedProcess(COUNTER, "--max-concurrent-envs", "4",
                        env=subprocess_env(ENVKIT_TEST_CLOSE_MARKER=str(marker))) as served:
         clients = [EnvClient(served.url).sync() for _ in range(3)]
         for client in clients:
@@ -116,16 +114,16 @@ def test_graceful_shutdown_closes_sockets_with_1001_and_envs(tmp_path: Path, ser
     assert marker.read_text().count("closed") == 3
 
 
-def test_a_client_that_vanishes_is_dropped_by_the_server_keepalive(transport: str, tmp_path: Path,
+def test_a_client_that_vanishes_is_dropped_by_the_server_keepalive(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The network to a client dies silently (no FIN, no RST): the server's pings go unanswered, so it ends the
     session, runs env.close() and frees the slot, long before the idle timeout (300 s here). The pong timeout is
-    longer than the ping interval, which both transports honour."""
+    longer than the ping interval."""
     marker = tmp_path / "closed.txt"
     monkeypatch.setenv("ENVKIT_TEST_CLOSE_MARKER", str(marker))
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
                      ping_interval_s=0.5, ping_timeout_s=1.5)
-    with running_server(app, transport=transport) as url, FreezableProxy(url) as proxy, \
+    with running_server(app) as url, FreezableProxy(url) as proxy, \
             connect(websocket_url(proxy.url), proxy=None, ping_interval=None, close_timeout=0.5) as sock:
         sock.send('{"type": "reset"}')
         sock.recv(timeout=10)
@@ -138,10 +136,10 @@ def test_a_client_that_vanishes_is_dropped_by_the_server_keepalive(transport: st
         assert marker.read_text().count("closed") == 1
 
 
-def test_a_quiet_client_that_answers_pings_keeps_its_session(transport: str) -> None:
+def test_a_quiet_client_that_answers_pings_keeps_its_session() -> None:
     app = create_app(CounterEnvironment, CounterAction, CounterObservation, max_concurrent_envs=2,
                      ping_interval_s=1.0, ping_timeout_s=1.0)
-    with running_server(app, transport=transport) as url, EnvClient(url, ping_interval=None).sync() as env:
+    with running_server(app) as url, EnvClient(url, ping_interval=None).sync() as env:
         env.reset()
         time.sleep(3.5)   # several ping rounds with no message from the client; its WebSocket layer answers them
         assert env.step({"amount": 3}).observation["total"] == 3

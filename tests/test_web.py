@@ -1,4 +1,4 @@
-"""The /web surface over HTTP: the page and its files, its JSON routes, `/` → `/web`, and picows saying it has no page.
+"""The /web surface over HTTP: the page and its files, its JSON routes, `/` → `/web`.
 
 What the page does in a browser is tested in a real Chromium in test_web_browser.py.
 """
@@ -6,8 +6,6 @@ What the page does in a browser is tested in a real Chromium in test_web_browser
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from typing import Any, Iterator, Literal
 
 import httpx
@@ -132,25 +130,3 @@ def test_reset_arguments_of_an_open_ended_reset_are_served() -> None:
         served = http.get("/web/reset-arguments").json()
         assert served == reset_schema(PuzzleEnvironment) and served["additionalProperties"] is True
         assert http.get("/web").status_code == 200
-
-
-def test_picows_serves_no_page_and_says_so() -> None:
-    target = resolve_target("echo")
-    with running_server(app_from_environment(target.env_class, env_name="echo"), transport="picows") as url:
-        with httpx.Client(base_url=url, trust_env=False) as http:
-            metadata = http.get("/metadata").json()
-            assert metadata["web"]["served"] is False and "--transport uvicorn" in metadata["web"]["why"]
-            assert "/web" in metadata["not_served"]
-            for path in ("/", "/web", "/web/static/main.js", "/web/reset-arguments"):
-                answer = http.get(path)
-                assert answer.status_code == 404
-                assert answer.json()["detail"] == ("the picows transport serves no /web page; serve with --transport "
-                                                   "uvicorn (the default) to play and replay in a browser")
-            assert http.get("/health").json()["status"] == "healthy"
-
-
-def test_serve_help_says_picows_has_no_page() -> None:
-    done = subprocess.run([sys.executable, "-m", "envkit.cli", "serve", "--help"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0
-    assert "no /web page" in " ".join(done.stdout.split())

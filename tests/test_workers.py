@@ -168,7 +168,6 @@ def test_sessions_spread_over_workers() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--workers", "2", "--transport", "picows"], "leave out --transport picows"),
     (["--replicas", "2"], "add --ray [ADDRESS]"),
     (["--workers", "2", "--ray"], "pass one"),
     (["--workers", "0"], "--workers"),
