@@ -1,7 +1,7 @@
 """Sessions: one environment per connection, a capacity limit, idle reaping and shutdown.
 
-`SessionPool` owns the count of open sessions and one sweep over them that reaps idle sessions
-and, for transports that leave keepalive to it, pings quiet clients. `Session` drives one
+`SessionPool` owns the count of open sessions and one sweep over them that reaps idle sessions.
+`Session` drives one
 environment instance, calling it on the event loop (`RUN_INLINE` environments and `*_async`
 overrides) or on a bounded shared thread pool, so slow synchronous code never stalls other
 sessions and the number of threads never grows with the number of sessions.
@@ -45,7 +45,6 @@ class SharedLimit(Protocol):
 
 
 Closer = Callable[[int, str], Awaitable[None]]
-Pinger = Callable[[], None]
 
 
 #: The client address of the HTTP request being served, set by the app's access guard when sessions per client
@@ -74,7 +73,7 @@ class Session:
     shutdown close it with their code.
     """
 
-    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None, ping: Pinger | None = None,
+    def __init__(self, pool: SessionPool, env: Environment, close_socket: Closer | None,
                  session_id: str | None = None, owns_slot: bool = False, client: str | None = None) -> None:
         self.id = session_id or new_session_id()
         #: The client address counted for this session in the pool's per-client limit; `end()` gives it back.
@@ -85,12 +84,7 @@ class Session:
         #: `end()` gives the pool slot back (detached sessions); else whoever opened the session does.
         self.owns_slot = owns_slot
         self._turns: _Turns | None = None
-        #: Sends a WebSocket ping: given by transports whose keepalive the pool runs; None where the transport pings.
-        self.ping = ping
         self.last_active = time.monotonic()
-        self.last_pong = 0.0
-        #: When the pong to an unanswered ping is due (monotonic seconds), or None.
-        self.pong_due: float | None = None
         self.busy = False
         self.has_reset = False
         self.ended: tuple[int, str] | None = None
@@ -148,10 +142,6 @@ class Session:
         if self._turns is None:
             self._turns = _Turns(self)
         return self._turns
-
-    def pong_received(self) -> None:
-        self.pong_due = None
-        self.last_pong = time.monotonic()
 
     async def end(self, code: int, reason: str) -> None:
         """Close the socket with `code` (if still open) and the environment.
@@ -251,11 +241,9 @@ class _Turns:
 
 
 class SessionPool:
-    """Counts sessions against a limit, reaps idle ones, pings quiet ones and closes all of them at shutdown.
+    """Counts sessions against a limit, reaps idle ones and closes all of them at shutdown.
 
-    Keepalive is one sweep over all sessions rather than a timer per connection: a session whose
-    client has sent nothing (no message, no pong) for `ping_interval_s` is pinged, and one whose
-    pong is `ping_timeout_s` late is ended with 1011. Only sessions given a `ping` take part.
+    Idle reaping is one sweep over all sessions rather than a timer per connection.
 
     When the last session of a burst closes and no other opens for `RECLAIM_AFTER_S`, the
     memory the burst used is given back to the OS (`release_memory`).
@@ -279,7 +267,7 @@ class SessionPool:
         self._per_client: dict[str, int] = {}
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
-        #: Keepalive, applied by the transport: ping a quiet client after `ping_interval_s` (None: never) and
+        #: Keepalive, applied by the server (`envkit.server`): ping a client every `ping_interval_s` (None: never) and
         #: end its session when no pong comes within `ping_timeout_s`, so a vanished client frees its slot.
         self.ping_interval_s = ping_interval_s
         self.ping_timeout_s = ping_timeout_s
@@ -397,7 +385,7 @@ class SessionPool:
     def add(self, session: Session) -> None:
         self._sessions[session.id] = session
         self.metrics.session_opened()
-        if self._sweeper is None and (self.idle_timeout_s or (session.ping and self.ping_interval_s)):
+        if self._sweeper is None and self.idle_timeout_s:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="envkit-sweep")
 
     def forget(self, session: Session) -> None:
@@ -419,16 +407,12 @@ class SessionPool:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 
     async def _sweep_forever(self) -> None:
-        periods = (self.idle_timeout_s, self.ping_interval_s and min(self.ping_interval_s, self.ping_timeout_s))
-        interval = min([1.0] + [period / 4 for period in periods if period])
+        assert self.idle_timeout_s
+        interval = min(1.0, self.idle_timeout_s / 4)
         while True:
             await asyncio.sleep(interval)
-            now = time.monotonic()
             try:
-                if self.idle_timeout_s:
-                    self._reap_idle(now - self.idle_timeout_s)
-                if self.ping_interval_s:
-                    self._keep_alive(now, now - self.ping_interval_s)
+                self._reap_idle(time.monotonic() - self.idle_timeout_s)
             except Exception:   # the sweep must outlive any one session's trouble
                 logger.exception("session sweep failed; retrying in %gs", interval)
 
@@ -438,23 +422,6 @@ class SessionPool:
         for session in idle:
             logger.info("reaping session %s: idle for more than %gs", session.id, self.idle_timeout_s)
             self._end_in_background(session, CloseCode.IDLE_TIMEOUT, reason)
-
-    def _keep_alive(self, now: float, quiet_since: float) -> None:
-        late = []
-        for session in self._sessions.values():
-            if session.ping is None:
-                continue
-            if session.pong_due is not None:
-                if session.pong_due <= now:
-                    late.append(session)
-            elif session.last_active < quiet_since and session.last_pong < quiet_since:
-                session.pong_due = now + self.ping_timeout_s
-                session.ping()
-        reason = f"keepalive ping timeout: no pong within {self.ping_timeout_s:g}s"
-        for session in late:
-            logger.info("ending session %s: its client did not answer a ping within %gs", session.id,
-                        self.ping_timeout_s)
-            self._end_in_background(session, CloseCode.INTERNAL_ERROR, reason)
 
     def _end_in_background(self, session: Session, code: int, reason: str) -> None:
         """End a session on a task of its own: an env whose close() hangs holds up no other."""
