@@ -79,18 +79,6 @@ def http_url(base_url: str) -> str:
     return "http" + url[2:]
 
 
-def unserved_surface(metadata: dict[str, Any], surface: str) -> str | None:
-    """Why a server's `/metadata` says it does not serve `surface` ("mcp" or "ors"), or None when it says nothing
-    against it. The picows transport serves `/ws` only and says so; envkit's default transport serves both."""
-    if surface == "mcp" and "/mcp" in metadata.get("not_served", []):
-        return (f"does not serve /mcp (transport: {metadata.get('transport', 'unknown')}); serve it with the "
-                "default uvicorn transport for MCP clients")
-    ors = metadata.get("ors")
-    if surface == "ors" and isinstance(ors, dict) and ors and not ors.get("served"):
-        return f"does not serve the Open Reward Standard: {ors.get('why', 'this server does not serve it')}"
-    return None
-
-
 def authentication_error(url: str, status: int, body: bytes, sent_key: bool) -> AuthenticationError:
     """The `AuthenticationError` for a 401/403 answer: what was wrong, and how to give a key."""
     try:

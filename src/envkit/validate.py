@@ -305,7 +305,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
 
     Raises `AuthenticationError` when the server refuses the key (`$ENVKIT_API_KEY`) or its absence.
     """
-    from .client import EnvClient, unserved_surface
+    from .client import EnvClient
 
     report = Report(url)
     client = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
@@ -355,12 +355,8 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
     metadata = await _get_json(client.http_url + "/metadata", timeout)
-    await _check_mcp(report, client.http_url, timeout, [tool for tool in tools if not _tool_listing_problems(tool)],
-                     unserved_surface(metadata, "mcp"))
-    unserved = unserved_surface(metadata, "ors")
-    if unserved is not None:
-        report.add("ors", [f"this server {unserved}"], "", warn=True)
-    elif (metadata.get("ors") or {}).get("served"):
+    await _check_mcp(report, client.http_url, timeout, [tool for tool in tools if not _tool_listing_problems(tool)])
+    if (metadata.get("ors") or {}).get("served"):
         await asyncio.to_thread(check_ors, report, client.http_url, timeout)
     return report
 
@@ -554,16 +550,10 @@ class _McpProblem(Exception):
     """A check of `/mcp` that failed, with what was wrong."""
 
 
-async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]],
-                     unserved: str | None) -> None:
-    """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP; only a
-    warning when the server's `/metadata` says it does not serve `/mcp` (`unserved`, why)."""
+async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]]) -> None:
+    """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP."""
     import httpx
 
-    if unserved is not None:
-        for name in ("mcp (openenv)", "mcp (standard)"):
-            report.add(name, [f"this server {unserved}"], "", warn=True)
-        return
     names = sorted(tool["function"]["name"] for tool in tools)
     async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=key_headers()) as http:
         rpc = _JsonRpc(http, http_url + "/mcp", timeout)

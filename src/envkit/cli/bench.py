@@ -110,7 +110,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
         driver_class(client)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    _check_server(url, protocol)
+    _check_key(url)
     progress = _progress_printer(not quiet and sys.stderr.isatty())
     if ramp:
         result: Any = run_sync(run_ramp(url, start=ramp_start, max_sessions=ramp_max, steps=steps, budget_s=budget,
@@ -144,7 +144,7 @@ def _failure_hint(url: str, failures: dict[str, int], action: dict[str, Any] | N
     refused = any(f"HTTP {status}" in reason for reason in failures for status in (400, 404, 405, 501))
     if protocol in _SURFACES and refused:
         return (f"the server refused the requests that open a session over {_SURFACES[protocol]}: does it serve "
-                "that surface? (envkit's default transport does; bench --protocol ws steps over /ws)")
+                "that surface? (envkit serve does; bench --protocol ws steps over /ws)")
     if not any("VALIDATION_ERROR" in reason for reason in failures):
         return "is an environment server running there (envkit serve ENV --port PORT)?"
     from ..client import http_url
@@ -174,24 +174,20 @@ def _example_action(schema_url: str) -> str:
     return f", e.g. --action '{json.dumps(example)}'" if example else ""
 
 
-def _check_server(url: str, protocol: str) -> None:
-    """Fail in one line, before any load, when the server refuses this client's key (or its absence), or says in
-    its `/metadata` that it does not serve the surface `protocol` steps over (the picows transport: /ws only)."""
-    from ..client import EnvClient, unserved_surface
+def _check_key(url: str) -> None:
+    """Fail in one line, before any load, when the server refuses this client's key (or its absence)."""
+    from ..client import EnvClient
     from ..errors import AuthenticationError, ClientError
 
-    async def probe() -> dict[str, Any]:
+    async def probe() -> None:
         try:
-            return await EnvClient(url).metadata()
+            await EnvClient(url).metadata()
         except AuthenticationError:
             raise
         except ClientError:
-            return {}   # an unreachable server, or one without /metadata, is reported by the run itself
+            pass   # an unreachable server, or one without /metadata, is reported by the run itself
 
     try:
-        metadata = asyncio.run(probe())
+        asyncio.run(probe())
     except AuthenticationError as error:
         raise click.ClickException(str(error)) from None
-    unserved = unserved_surface(metadata, protocol)
-    if unserved is not None:
-        raise click.ClickException(f"{url} {unserved}; or bench --protocol ws")
