@@ -2,10 +2,9 @@
 
 One `AccessPolicy` guards every surface of an app. It knows nothing of the transport: it reads
 a request's path and headers (anything with a case-insensitive `.get`, such as Starlette's
-`Headers` or picows's `CIMultiDict`) and answers None (allowed) or an `AccessRefusal` (an HTTP
-status, a reason and a JSON body). `EnvkitApp` applies it at its ASGI entry to every HTTP request
-and WebSocket handshake, before anything is accepted; the picows transport applies the same
-policy in its handshake.
+`Headers`) and answers None (allowed) or an `AccessRefusal` (an HTTP status, a reason and a JSON
+body). `EnvkitApp` applies it at its ASGI entry to every HTTP request and WebSocket handshake,
+before anything is accepted.
 
 - **API keys**: required on every path but `/health`, sent as `X-API-Key: KEY`,
   `Authorization: Bearer KEY`, or (what a browser sends by itself, on page loads and WebSocket

@@ -29,9 +29,9 @@ __all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BY
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-#: The transports' own frame limit: larger frames close the connection (1009) instead of getting an error frame.
+#: The transport's own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
-#: Seconds a connection may take to send its request head (the WebSocket handshake) on either transport.
+#: Seconds a connection may take to send its request head (the WebSocket handshake).
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -71,8 +71,7 @@ def create_app(
         max_message_bytes: larger client frames get a `MESSAGE_TOO_BIG` error.
         max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
         capacity_wait_s: a connection that finds every slot taken waits this long for one that a closing
-            session gives back before it is refused (0: refuse at once). The picows transport, which
-            answers the handshake first, waits only while a session is closing.
+            session gives back before it is refused (0: refuse at once).
         ping_interval_s: the server pings a client after this many seconds (None: never); a client that
             does not answer within `ping_timeout_s` is gone (a cut network, a dead host) and its session ends,
             freeing the slot well before `session_timeout_s`.
@@ -165,7 +164,7 @@ class EnvkitApp(FastAPI):
     """
 
     session_handler: SessionHandler | None = None
-    #: The documents of the HTTP routes; other transports (`picows_server`) serve the same ones.
+    #: The documents of the HTTP routes (`envkit.routes`).
     documents: Documents | None = None
     #: Who may use the app (keys, origins, hosts); None: everyone.
     access: AccessPolicy | None = None

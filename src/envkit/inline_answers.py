@@ -7,8 +7,8 @@ returns an awaitable); frames that arrive meanwhile wait their turn, and past `M
 of them the connection is not read until they are answered. Reading also stops while the client
 does not take its replies (the transport's write buffer is over its high-water mark).
 
-Both transports use it: picows for every session, uvicorn for the sessions of `RUN_INLINE`
-environments (`uvicorn_protocols`).
+The server's WebSocket protocol uses it for the sessions of `RUN_INLINE` environments
+(`uvicorn_protocols`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checking that a server can listen where it is told to, before anything is started.
 
-Both transports bind with `SO_REUSEADDR` (uvicorn's and asyncio's default), so a trial bind with
-the same option fails exactly when theirs would: another process listens on the port, the port is
+The server binds with `SO_REUSEADDR` (uvicorn's and asyncio's default), so a trial bind with the
+same option fails exactly when its own would: another process listens on the port, the port is
 privileged, or the host is not an address of this machine.
 """
 

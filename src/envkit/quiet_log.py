@@ -2,9 +2,9 @@
 
 `RateLimitedLog` writes the first event of a kind at once and holds back the rest of that kind for
 `interval_s`, counting them into the next line it writes. `TransportLog` stands in for the logger
-of uvicorn's protocols and of picows: what those libraries report about a client's bad input
-(invalid UTF-8, a broken frame, an oversized or stalled handshake) becomes a count in
-`ServerMetrics` and a rate-limited WARNING, never a traceback; their per-connection chatter goes
+of uvicorn's protocols: what that library reports about a client's bad input (invalid UTF-8, a
+broken frame, an oversized or stalled handshake) becomes a count in `ServerMetrics` and a
+rate-limited WARNING, never a traceback; its per-connection chatter goes
 to DEBUG; anything else passes through unchanged.
 """
 
@@ -51,7 +51,7 @@ class RateLimitedLog:
 
 
 class TransportLog:
-    """A logger for uvicorn's and picows's protocol objects that sorts what they log about clients.
+    """A logger for uvicorn's protocol objects that sorts what they log about clients.
 
     `rules` maps the start of a message (its format string) to a kind of bad client input, or to
     None for routine per-connection messages, which go to DEBUG. Messages no rule matches pass

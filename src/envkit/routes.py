@@ -1,7 +1,6 @@
 """HTTP routes beside the WebSocket: health, schemas, metadata, the tool listing and metrics.
 
-`Documents` builds the JSON documents once; the FastAPI router here and the picows transport
-(`picows_server`) both serve them.
+`Documents` builds the JSON documents once; the FastAPI router here serves them.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ class Documents:
             "version": metadata.get("version") or environment_version(env_class),
             "episode_length": env_class.EPISODE_LENGTH,
             "reward_range": list(env_class.REWARD_RANGE) if env_class.REWARD_RANGE is not None else None,
+            "train_rewards": list(env_class.TRAIN_REWARDS),
             "supports_concurrent_sessions": env_class.SUPPORTS_CONCURRENT_SESSIONS,
             "max_concurrent_envs": pool.max_sessions,
             "session_timeout_s": pool.idle_timeout_s,

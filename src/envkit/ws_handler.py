@@ -1,8 +1,8 @@
 """The WebSocket endpoint: one session per connection, frames answered in order.
 
-`SessionHandler` holds what every transport shares (refusals, building environments, answering
-frames); its `__call__` is the Starlette/uvicorn connection lifecycle, and `picows_server`
-drives the same parts from picows callbacks.
+`SessionHandler` holds the session's parts (refusals, building environments, answering frames);
+its `__call__` is the Starlette/uvicorn connection lifecycle, and the HTTP surfaces open detached
+sessions through it.
 
 Every bad frame is answered with an error frame and the session carries on; only capacity,
 a failing environment factory, idle reaping and shutdown end a session from the server side,
@@ -250,7 +250,7 @@ class SessionHandler:
         return Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message), CloseCode.SESSION_UNAVAILABLE,
                        "session unavailable", message)
 
-    # -- transport-neutral parts, shared by every transport ----------------------------------
+    # -- parts shared with the HTTP surfaces -----------------------------------------------------
 
     async def open_detached(self, session_id: str | None = None) -> Session:
         """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.

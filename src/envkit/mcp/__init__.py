@@ -6,8 +6,6 @@ Two dialects share the endpoint, told apart per request:
   `session_id`, and `/ws?session_id=...` attaches a WebSocket to the same game.
 - Standard MCP over streamable HTTP (`standard`), for the `mcp` SDK 1.x and 2.x: an episode is held by the
   `episode_id` the `reset` tool returns.
-
-Served by the uvicorn/FastAPI app only; the picows transport does not serve it.
 """
 
 from .endpoint import McpEndpoint
