@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-ORDER = ["envkit", "envkit-picows", "openenv", "fastapi", "picows"]
+ORDER = ["envkit", "openenv", "fastapi", "picows"]
 SURFACE_LABELS = {"ws": "`/ws` step", "mcp": "MCP `tools/call` (`/mcp`)", "ors": "ORS `/call` (server-sent events)",
                   "http-floor": "a bare Starlette POST route (the floor of an HTTP call)"}
 
@@ -76,7 +76,7 @@ def tables(report: dict[str, Any]) -> str:
         lines.append(f"| {s[key]['label']} | " + " | ".join(cells) + " |")
     surfaces = report.get("surfaces")
     if surfaces:
-        lines += ["", f"Surfaces of envkit (uvicorn), {surfaces['sessions']} sessions, {surfaces['rounds']} "
+        lines += ["", f"Surfaces of envkit, {surfaces['sessions']} sessions, {surfaces['rounds']} "
                   "interleaved round(s), medians: one step or tool call each (and a bare Starlette POST route beside "
                   "them)", "",
                   "| surface | calls/s | p99 ms | server CPU µs/call | ÷ `/ws` step (CPU, paired) |",
@@ -109,9 +109,7 @@ def tables(report: dict[str, Any]) -> str:
         up = report["startup"]
         lines += ["", f"Start-up (median wall time): `python -c pass` {up['python_bare_s']:.3f} s, "
                   f"`import envkit` {up['import_envkit_s']:.3f} s, `envkit --help` {up['envkit_help_s']:.3f} s, "
-                  f"`envkit serve echo` to a healthy /health {up['serve_to_healthy_s']:.3f} s"
-                  + (f" ({up['serve_envkit-picows_to_healthy_s']:.3f} s with `--transport picows`)"
-                     if "serve_envkit-picows_to_healthy_s" in up else "") + "."]
+                  f"`envkit serve echo` to a healthy /health {up['serve_to_healthy_s']:.3f} s."]
     return "\n".join(lines)
 
 

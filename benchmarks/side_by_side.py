@@ -1,12 +1,12 @@
-"""Serve the same echo environment five ways and load each with the same `envkit bench` runs.
+"""Serve the same echo environment four ways and load each with the same `envkit bench` runs.
 
     python benchmarks/side_by_side.py              # full run, about 10 minutes on 2 cores
     python benchmarks/side_by_side.py --quick      # smaller loads, about 3 minutes
 
-Servers: (a) envkit on uvicorn, (a') envkit with `--transport picows`, (b) OpenEnv 0.10.0 from PyPI
-in its own venv (benchmarks/.venv-openenv, created when missing), (c) a minimal FastAPI handler on
-uvicorn, (d) a bare picows server; on envkit's default server, a `/ws` step, an MCP `tools/call` and
-an ORS `/call` are compared too (`envkit bench --protocol`).
+Servers: (a) envkit (`envkit serve echo`), (b) OpenEnv 0.10.0 from PyPI in its own venv
+(benchmarks/.venv-openenv, created when missing), (c) a minimal FastAPI handler on uvicorn, (d) a
+bare picows server, the reference of what a Python server can do on one core; on envkit, a `/ws`
+step, an MCP `tools/call` and an ORS `/call` are compared too (`envkit bench --protocol`).
 Each server runs pinned to core 0 and the load generator to core 1 (when there are two
 cores); the load levels are interleaved across servers, round after round, because figures on
 shared machines drift. Then each server, restarted fresh, is measured for memory per open
@@ -41,7 +41,7 @@ OPENENV_VENV = HERE / ".venv-openenv"
 OPENENV_REQUIREMENT = "openenv==0.10.0"
 SERVER_CORE, LOAD_CORE = 0, 1
 MAX_SESSIONS = "20000"
-SERVER_KEYS = ("envkit", "envkit-picows", "openenv", "fastapi", "picows")
+SERVER_KEYS = ("envkit", "openenv", "fastapi", "picows")
 #: The surfaces of envkit's default server compared per call (`envkit bench --protocol`).
 SURFACES = ("ws", "mcp", "ors")
 
@@ -142,15 +142,13 @@ def openenv_python(given: str | None) -> str:
     return str(python)
 
 
-def envkit_serve(transport: str) -> list[str]:
-    return [sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "{port}", "--max-concurrent-envs", MAX_SESSIONS,
-            "--log-level", "warning", "--transport", transport]
+ENVKIT_SERVE = [sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "{port}", "--max-concurrent-envs",
+                MAX_SESSIONS, "--log-level", "warning"]
 
 
 def build_servers(openenv: str, log_dir: Path) -> list[Server]:
     return [
-        Server("envkit", "envkit (uvicorn)", envkit_serve("uvicorn"), log_dir),
-        Server("envkit-picows", "envkit (picows)", envkit_serve("picows"), log_dir),
+        Server("envkit", "envkit", ENVKIT_SERVE, log_dir),
         Server("openenv", "OpenEnv 0.10.0", [openenv, "openenv_echo.py", "--port", "{port}",
                                              "--max-concurrent-envs", MAX_SESSIONS], log_dir),
         Server("fastapi", "minimal FastAPI", [sys.executable, "fastapi_echo.py", "--port", "{port}"], log_dir),
@@ -168,18 +166,16 @@ def wall_time(command: list[str], runs: int = 7) -> float:
     return statistics.median(times)
 
 
-def measure_startup(envkit_servers: list[Server]) -> dict[str, float]:
+def measure_startup(envkit: Server) -> dict[str, float]:
     python = [sys.executable]
     figures = {"python_bare_s": wall_time(python + ["-c", "pass"]),
                "import_envkit_s": wall_time(python + ["-c", "import envkit"]),
                "envkit_help_s": wall_time(python + ["-m", "envkit.cli", "--help"])}
-    for server in envkit_servers:
-        serve = []
-        for _ in range(3):
-            serve.append(server.start())
-            server.stop()
-        figures["serve_to_healthy_s" if server.key == "envkit" else f"serve_{server.key}_to_healthy_s"] = \
-            statistics.median(serve)
+    serve = []
+    for _ in range(3):
+        serve.append(envkit.start())
+        envkit.stop()
+    figures["serve_to_healthy_s"] = statistics.median(serve)
     return {key: round(value, 3) for key, value in figures.items()}
 
 
@@ -318,14 +314,14 @@ def main() -> None:
     openenv = openenv_python(args.openenv_python) if "openenv" in selected else ""
     servers = [server for server in build_servers(openenv, args.out / "logs") if server.key in selected]
     report: dict[str, Any] = {"machine": machine(), "levels": levels, "rounds": rounds, "servers": {}}
-    if any(server.key == "envkit" for server in servers):
-        report["startup"] = measure_startup([server for server in servers if server.key.startswith("envkit")])
+    envkit = next((server for server in servers if server.key == "envkit"), None)
+    if envkit is not None:
+        report["startup"] = measure_startup(envkit)
         print(f"start-up: {report['startup']}", flush=True)
     for server in servers:
         print(f"starting {server.label}: healthy after {server.start():.2f} s", flush=True)
     try:
         runs = load_matrix(servers, levels, rounds, total)
-        envkit = next((server for server in servers if server.key == "envkit"), None)
         if envkit is not None and args.surface_calls:
             report["surfaces"] = surface_matrix(envkit, rounds, 64, args.surface_calls)
     finally:
