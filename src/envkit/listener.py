@@ -8,7 +8,8 @@ server closes keeps the server there, and locks every other client out.
 Here the loop's `create_server` returns a `Listener`, which accepts by itself (`accept(2)`, then
 `loop.connect_accepted_socket`), at most `BATCH` connections per wake-up, and keeps its connections below
 `max_connections`: the process's descriptor limit (RLIMIT_NOFILE) less the descriptors open when it started
-and a reserve (`descriptor_reserve`: an eighth of the limit, 64 to 1,024) for everything else the server opens.
+and a reserve (`descriptor_reserve`: an eighth of the limit, 64 to 1,024) for everything else the server opens,
+and at least one.
 
 - At `max_connections`, each further accept first closes the connection that has waited longest for its request
   head (`make_room`, 503), if it has waited a second (so a burst of clients connecting together is never turned
