@@ -21,10 +21,10 @@ from envkit.environment import Action
 from envkit.errors import ConfigurationError
 from envkit.serving import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.train.binding import Tally, bind
+from envkit.train.binding import ServedEnvironment, Tally, bind
 from envkit.train.data import env_rows, task_prompt
 from envkit.train.report import RunReport
-from envkit.train.rewards import parse_reward, reward_functions
+from envkit.train.rewards import RewardChoice, parse_reward, reward_functions, train_rewards
 from envkit.train.runner import run
 from envkit.train.settings import TINY_GAME_STEPS, TrainSettings
 from envkit.train.tiny import CONTEXT_ONLY, scripted_conversations
@@ -90,6 +90,19 @@ def test_metadata_publishes_version_episode_length_and_reward_range(catch_url: s
     with running_server(app_from_environment(echo, env_name="echo")) as url:
         metadata = httpx.get(url + "/metadata", trust_env=False).json()
     assert (metadata["version"], metadata["episode_length"], metadata["reward_range"]) == ("0.1.0", None, None)
+    assert metadata["train_rewards"] == []
+
+
+def test_without_reward_flags_each_environment_trains_on_the_rewards_it_declares() -> None:
+    """Wordle declares `played`; echo declares none, so it trains on its own reward; `--reward` replaces both."""
+    wordle = type("WordleBound", (ServedEnvironment,), {"env_name": "wordle", "metadata": {"train_rewards": ["played"]},
+                                                        "component_names": ("played", "win")})
+    echo = type("EchoBound", (ServedEnvironment,), {"env_name": "echo", "metadata": {"train_rewards": []}})
+    classes = {"wordle": wordle, "echo": echo}
+    assert train_rewards(classes) == [RewardChoice("component", "played", "wordle"), RewardChoice("env", "env", "echo")]
+    functions, weights = reward_functions(train_rewards(classes), classes)
+    assert [function.__name__ for function in functions] == ["wordle_played", "echo_reward"] and weights == [1.0, 1.0]
+    assert resolve_target("wordle").env_class.TRAIN_REWARDS == ("played",)
 
 
 # -- budgets -------------------------------------------------------------------------------------------------
@@ -100,7 +113,7 @@ def test_budgets_fit_the_episode_length_unless_given() -> None:
     assert (tiny.max_tool_calling_iterations, tiny.max_completion_length) == (None, None)
     catch = tiny.fitted(9, 200)
     assert (catch.max_tool_calling_iterations, catch.max_completion_length) == (11, 256)
-    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 5e-4)
+    assert (catch.max_steps, catch.learning_rate) == (TINY_GAME_STEPS, 2e-4)
     assert (tiny.fitted(None).max_steps, tiny.fitted(None).learning_rate) == (30, 1.5e-3)
     assert (tiny.fitted(None).max_tool_calling_iterations, tiny.fitted(None).max_completion_length) == (3, 128)
     given = TrainSettings(max_tool_calling_iterations=5, max_completion_length=300).resolved().fitted(9, 200)

@@ -91,6 +91,10 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
         REWARD_RANGE: the lowest and highest reward one episode can sum to (Catch: -1 to 1), or None.
             Published in `/metadata` as `reward_range`; `envkit train` scores an episode the model
             abandoned before the environment ended it with the lowest, so quitting never beats losing.
+        TRAIN_REWARDS: the rewards `envkit train` trains on when the user names none (`--reward`
+            specs: `env`, a component the environment reports, each with an optional `=WEIGHT`); empty
+            means the environment's own reward. Published in `/metadata` as `train_rewards`. Wordle trains
+            on `played`, its reward with a game ended by invalid guesses scored 0, as an unfinished one is.
 
     Subclasses may define `reset_async` / `step_async` coroutines instead of (or beside) the
     synchronous methods; the server then awaits them directly.
@@ -105,6 +109,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     TASKS: ClassVar[dict[str, Sequence[dict[str, Any]]]] = {}
     EPISODE_LENGTH: ClassVar[int | None] = None
     REWARD_RANGE: ClassVar[tuple[float, float] | None] = None
+    TRAIN_REWARDS: ClassVar[Sequence[str]] = ()
     #: The episode metrics an evaluation table shows for this environment (`envkit.metrics.Metric`); their
     #: values come from `episode_metrics()`.
     METRICS: ClassVar[Sequence[Metric]] = ()

@@ -114,7 +114,7 @@ def test_reward_components_at_a_fast_win() -> None:
     observation = play(env, "[cat]", "[spend]", "[speed]")
     assert (observation.reward, observation.done, observation.guesses_left) == (1.0, True, 4)
     assert observation.reward_components == {"win": 1.0, "speed": pytest.approx(0.8), "greens": 1.0, "yellows": 0.0,
-                                             "partial": 1.0, "invalid_moves": 1.0,
+                                             "partial": 1.0, "invalid_moves": 1.0, "played": 1.0,
                                              "guide_win": pytest.approx(1 + 0.5 * (1 - 2 / 6)), "guide_partial": 0.0,
                                              "guide_invalid": pytest.approx(-0.1)}
     assert env.state.reward_components == observation.reward_components
@@ -129,7 +129,7 @@ def test_reward_components_at_a_loss() -> None:
     assert (observation.reward, observation.done, observation.guesses_left) == (pytest.approx(0.3), True, 0)
     assert observation.reward_components == {"win": 0.0, "speed": 0.0, "greens": 0.0, "yellows": pytest.approx(0.6),
                                              "partial": pytest.approx(0.3), "invalid_moves": 0.0,
-                                             "guide_win": 0.0, "guide_partial": pytest.approx(0.3),
+                                             "played": pytest.approx(0.3), "guide_win": 0.0, "guide_partial": pytest.approx(0.3),
                                              "guide_invalid": 0.0}
 
 
@@ -139,6 +139,8 @@ def test_reward_components_at_an_invalid_end() -> None:
     observation = play(env, "[erase]", "[cat]", "[cats]")
     assert (observation.reward, observation.done) == (pytest.approx(0.3), True)
     assert observation.reward_components["invalid_moves"] == 2.0 and observation.reward_components["win"] == 0.0
+    # the game's reward pays the last valid guess's partial credit; `played`, what training uses, pays nothing
+    assert observation.reward_components["played"] == 0.0
     state = env.state
     assert state.raw_state["game_info"]["0"] == {"role": "Player 0", "invalid_move": True, "turn_count": 2,
                                                  "reason": "Invalid Move: Your word must be exactly 5 letters."}

@@ -34,6 +34,8 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
     #: Six guesses at most (an invalid move costs no guess, and a second one in a row ends the game); reward 0 to 1.
     EPISODE_LENGTH = NUM_GUESSES
     REWARD_RANGE = (0.0, 1.0)
+    #: `envkit train` trains on `played` (see `reward_components`): a game ended by invalid guesses earns nothing.
+    TRAIN_REWARDS = ("played",)
     #: Disjoint splits of the secret nouns, by index: every fourth noun is a test word (35), the rest train (105).
     TASKS = {split: tuple({"secret_index": index} for index in indices) for split, indices in split_indices().items()}
     #: The columns of TRL's Wordle evaluation table: wins (k/n), guesses per win, invalid guesses (total).

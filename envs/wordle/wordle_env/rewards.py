@@ -27,6 +27,11 @@ def reward_components(game: WordleGame) -> dict[str, float]:
     - `greens`, `yellows`: the last valid guess's greens and yellows, each divided by 5.
     - `partial`: `(greens + 0.5 * yellows) / 5` of the last valid guess (TextArena's loss reward).
     - `invalid_moves`: invalid moves made this game (warned or game-ending).
+    - `played`: the game's reward when it ended by a win or on the sixth guess; 0 while it runs and when
+      it ended on a second invalid guess in a row. What `envkit train` trains on by default: the game's
+      own reward pays such a game the partial credit of its last valid guess (TextArena's rule) while a
+      game the model leaves unfinished scores 0, so training on it teaches a small model to end its games
+      by repeating a guess.
 
     And the three rewards of TRL's Wordle guide (GRPO on Qwen3-1.7B-Wordle-SFT), ready to weigh as they are:
 
@@ -44,6 +49,7 @@ def reward_components(game: WordleGame) -> dict[str, float]:
         "yellows": feedback.count(YELLOW) / WORD_LENGTH,
         "partial": partial_score(feedback or None),
         "invalid_moves": float(game.invalid_moves),
+        "played": (game.reward or 0.0) if game.done and not game.ended_by_invalid_move else 0.0,
         "guide_win": 1.0 + 0.5 * (1.0 - len(game.guesses) / NUM_GUESSES) if won else 0.0,
         "guide_partial": 0.0 if won else 0.1 * best_greens,
         "guide_invalid": -0.1 * game.invalid_moves,

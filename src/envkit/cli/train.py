@@ -48,7 +48,7 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Training steps. [default: tiny: 40 on games with an episode length (catch, wordle), else 30; "
                    "others: 200]")
 @click.option("--learning-rate", type=float, default=None,
-              help="[default: tiny: 5e-4 on games with an episode length, else 1.5e-3; others: 1e-6]")
+              help="[default: tiny: 2e-4 on games with an episode length, else 1.5e-3; others: 1e-6]")
 @click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 16 for tiny, else 8]")
 @click.option("--batch-size", type=int, default=None,
               help="Episodes per device per step (a multiple of --num-generations). [default: 32 for tiny, else 8]")
@@ -80,7 +80,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--vllm-server-url", default=None, help="URL of the vLLM server (server mode).")
 @click.option("--reward", "reward", multiple=True, metavar="SPEC",
               help="Reward: env (the environment's own), a documented component (win, wordle.win), or "
-                   "module:function; add =WEIGHT to weigh it. Repeatable. [default: env]")
+                   "module:function; add =WEIGHT to weigh it. Repeatable. [default: the rewards each environment "
+                   "declares for training (wordle: played), else env]")
 @click.option("--dataset", default=None, type=click.Path(dir_okay=False),
               help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
                    "columns are optional).")

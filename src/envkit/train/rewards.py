@@ -6,6 +6,9 @@
     --reward my_rewards:brevity  a function of yours, called as TRL calls reward functions
     --reward invalid=-0.5        any of the above with a weight (GRPOConfig.reward_weights)
 
+Without `--reward`, each environment trains on the rewards it declares (`TRAIN_REWARDS`, published as
+`train_rewards` in `/metadata`; Wordle: `played`), else on its own reward (`env`).
+
 Each environment gets its own function (`echo_reward`, `wordle_win`, ...), which scores that
 environment's rows and returns None for the others, so TRL logs a reward per environment.
 
@@ -36,13 +39,13 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ConfigurationError
 from .binding import ServedEnvironment
 
-__all__ = ["RewardChoice", "parse_reward", "reward_functions", "abandoned", "has_unparsed_tool_call",
+__all__ = ["RewardChoice", "parse_reward", "train_rewards", "reward_functions", "abandoned", "has_unparsed_tool_call",
            "UNPARSED_METRIC"]
 
 ENV_REWARD = "env"
@@ -78,6 +81,18 @@ def parse_reward(text: str) -> RewardChoice:
     env, _, name = spec.rpartition(".")
     kind = "env" if name == ENV_REWARD else "component"
     return RewardChoice(kind, name, env or None, weight)
+
+
+def train_rewards(classes: Mapping[str, type[ServedEnvironment]]) -> list[RewardChoice]:
+    """The rewards each environment declares for training (`train_rewards` in its `/metadata`), bound to that
+    environment; `env` for one that declares none. What `envkit train` uses when `--reward` is not given."""
+    choices = []
+    for env, cls in classes.items():
+        declared = cls.metadata.get("train_rewards")
+        for spec in declared if isinstance(declared, list) and declared else [ENV_REWARD]:
+            choice = parse_reward(str(spec))
+            choices.append(choice if choice.kind == "function" else replace(choice, env=env))
+    return choices
 
 
 def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type[ServedEnvironment]],

@@ -30,7 +30,7 @@ from .data import env_rows, file_rows, task_prompt, task_rows
 from .embedded import serve_envs
 from .model_check import check_model
 from .ors_binding import OrsServedEnvironment, bind_ors
-from .rewards import parse_reward, reward_functions
+from .rewards import parse_reward, reward_functions, train_rewards
 from .settings import SEED_EPISODES, TrainSettings
 from .vllm_setup import check_vllm, prepare_vllm, sync_by_reload
 
@@ -153,8 +153,8 @@ def _envkit_tasks(name: str, url: str, split: str) -> list[dict[str, Any]]:
     except (EnvkitError, KeyError) as error:
         if isinstance(error, ConfigurationError):
             raise
-        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); the picows "
-                                 "transport does not serve the task catalogue: serve with --transport uvicorn") from None
+        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); is it an "
+                                 "envkit server?") from None
 
 
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
@@ -187,7 +187,15 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
 
     sampler = EpisodeSampler(Path(settings.output_dir) / "transcripts.jsonl", settings.model,
                              settings.transcripts_per_step)
-    functions, weights = reward_functions([parse_reward(text) for text in settings.reward], classes, sampler.observe)
+    choices = [parse_reward(text) for text in settings.reward]
+    if not choices:
+        choices = train_rewards(classes)
+        declared = [choice for choice in choices if choice.kind != "env"]
+        if declared:
+            say("training reward (declared by the environment; --reward to choose another): "
+                + ", ".join(f"{choice.env}.{choice.name}" + (f"={choice.weight:g}" if choice.weight != 1 else "")
+                            for choice in declared))
+    functions, weights = reward_functions(choices, classes, sampler.observe)
     import torch
 
     on_gpu = torch.cuda.is_available()
