@@ -110,7 +110,7 @@ class GateObservation(Observation):
 
 
 class GateEnvironment(Environment[GateAction, GateObservation, State]):
-    """`reset` and the `note` tool wait at a class-wide barrier of `parties` callers (10 s at most, then fail):
+    """`reset` and the `note` tool wait at a class-wide barrier of `parties` callers (30 s at most, then fail):
     they only pass when that many calls are in flight at once. Each episode records its notes in order."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -122,7 +122,7 @@ class GateEnvironment(Environment[GateAction, GateObservation, State]):
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GateObservation:
         if type(self).reset_gate is not None:
-            type(self).reset_gate.wait(timeout=10)
+            type(self).reset_gate.wait(timeout=30)
         self.notes = []
         return GateObservation(notes=[])
 
@@ -141,7 +141,7 @@ class GateEnvironment(Environment[GateAction, GateObservation, State]):
             note: the note.
         """
         if type(self).call_gate is not None:
-            type(self).call_gate.wait(timeout=10)
+            type(self).call_gate.wait(timeout=30)
         self.notes.append(note)
         return GateObservation(notes=list(self.notes), reward=0.0)
 
@@ -164,7 +164,7 @@ class NotingPlayer:
 def test_a_batch_resets_and_calls_tools_together(tmp_path: Path) -> None:
     """All rollouts' resets are in flight at once, and each turn's first (then second) tool calls of all rollouts;
     an episode's own calls keep their order. Calls made one rollout after another never fill the barrier, and the
-    first one fails after its 10 s wait."""
+    first one fails after its 30 s wait."""
     rollouts = 6
     app = app_from_environment(GateEnvironment, env_name="gate", max_concurrent_envs=rollouts)
     try:
