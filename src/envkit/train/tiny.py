@@ -14,8 +14,8 @@ recipe, all local:
    into varied positions), so that it calls tools from the first GRPO step.
 
 The model built for vLLM (`GPU_SPEC`) is also the one `envkit eval --openai-url` meets behind vLLM's server,
-whose prompt lists the tools without TRL's `return` descriptions: every other warm-up conversation of each
-environment shows its tools that way (`chat_api_tools`).
+whose prompt lists the tools without TRL's `return` descriptions: it warms up on every conversation both ways
+(`chat_api_tools`).
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ class TinyModelSpec:
     warmup_steps: int = 100
     warmup_lr: float = 5e-3
     seed: int = 0
-    #: Show every other warm-up conversation of each environment with its tools as a chat server renders them
-    #: (`chat_api_tools`), so the model also plays behind vLLM's OpenAI-compatible server.
+    #: Warm up on every conversation twice: with the tools as TRL renders them, and as vLLM's OpenAI-compatible
+    #: server does (`chat_api_tools`), so the model also plays behind that server. Twice the warm-up's work.
     chat_api_tools: bool = False
 
 
@@ -205,15 +205,9 @@ def chat_api_tools(listing: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                                   if key in CHAT_API_FUNCTION_FIELDS}} for tool in listing]
 
 
-def _alternate_tools(conversations: list[Conversation]) -> list[Conversation]:
-    """Every other conversation of each tool set with its tools in the chat API's form (`chat_api_tools`)."""
-    seen: dict[str, int] = {}
-    shown = []
-    for messages, listing in conversations:
-        key = json.dumps(listing)
-        seen[key] = seen.get(key, 0) + 1
-        shown.append((messages, chat_api_tools(listing) if seen[key] % 2 == 0 else listing))
-    return shown
+def _with_chat_api_tools(conversations: list[Conversation]) -> list[Conversation]:
+    """The conversations, and each again with its tools in the chat API's form (`chat_api_tools`)."""
+    return [*conversations, *((messages, chat_api_tools(listing)) for messages, listing in conversations)]
 
 
 def _train_tokenizer(texts: list[str], spec: TinyModelSpec) -> Any:
@@ -264,7 +258,7 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
                                            scripted_share=spec.scripted_share)
     if spec.chat_api_tools:
-        conversations = _alternate_tools(conversations)
+        conversations = _with_chat_api_tools(conversations)
     played = time.perf_counter()
 
     from transformers.utils.chat_template_utils import render_jinja_template
