@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +317,7 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
         import torch
 
         torch.set_num_threads(1)  # a 100K-parameter model gains nothing from threads, and loses much to their overhead
-    spec = GPU_SPEC if settings.vllm_mode != "none" else TinyModelSpec(seed=settings.seed)
+    spec = replace(GPU_SPEC if settings.vllm_mode != "none" else TinyModelSpec(), seed=settings.seed)
     # vLLM loads the policy from disk, and so does TRL the reference model a KL term (beta > 0) needs
     on_disk = settings.vllm_mode != "none" or settings.beta > 0
     save_to = Path(settings.output_dir) / "tiny-model" if on_disk else None
