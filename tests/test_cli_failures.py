@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -135,6 +135,20 @@ def test_train_against_a_server_that_does_not_speak_ors_says_so(tmp_path: Path, 
     assert done.returncode == 1
     line = one_line(done)
     assert "does not answer the Open Reward Standard's GET /list_environments" in line and "404" in line
+
+
+def test_a_web_server_answering_html_is_one_line_too(tmp_path: Path) -> None:
+    """`--protocol ors` against Python's own file server, whose 404 is a multi-line HTML page: one line still."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = envkit("train", "--env-url", f"http://127.0.0.1:{server.server_port}", "--protocol", "ors",
+                      "--max-steps", "1", "--output-dir", str(tmp_path / "out"), cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    line = one_line(done)
+    assert done.returncode == 1 and "GET /list_environments" in line and "<" not in line, line
 
 
 # -- envkit serve --------------------------------------------------------------------------------------------

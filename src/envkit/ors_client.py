@@ -255,9 +255,17 @@ def _raise_for(reply: httpx.Response, sid: str | None) -> None:
         body = reply.json()
     except ValueError:
         body = {}
-    message = str(body.get("error") or body.get("detail") or reply.text or reply.reason_phrase) \
-        if isinstance(body, dict) else reply.text
+    message = str(body.get("error") or body.get("detail") or _gist(reply)) if isinstance(body, dict) else _gist(reply)
     if sid and reply.status_code in (404, 410) and "/create" != reply.request.url.path:
         raise SessionLostError(message, session_id=sid)
     reason = body.get("reason") if isinstance(body, dict) else None
     raise EnvError(str(reason or f"HTTP_{reply.status_code}").upper(), message, {"status": reply.status_code})
+
+
+def _gist(reply: httpx.Response, limit: int = 160) -> str:
+    """A reply body that is not JSON, as one short line: its reason phrase for an HTML page, else its text with
+    whitespace folded, cut at `limit` characters."""
+    if "html" in reply.headers.get("content-type", "") or not reply.text.strip():
+        return reply.reason_phrase
+    text = " ".join(reply.text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
