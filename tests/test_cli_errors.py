@@ -111,9 +111,12 @@ def test_bare_envkit_prints_its_help_not_an_error() -> None:
     ("push", ["/no/such/folder"], 2, "does not exist"),
     ("bench", ["-q", "--url", "http://127.0.0.1:9", "--sessions", "1", "--steps", "1"], 1, "no session succeeded"),
 ])
-def test_every_command_reports_a_mistake_the_same_way(command: str, args: list[str], code: int,
-                                                      message: str) -> None:
-    done = envkit(command, *args)
+def test_every_command_reports_a_mistake_the_same_way(command: str, args: list[str], code: int, message: str,
+                                                      tmp_path: Path) -> None:
+    """Also where an earlier `envkit train` left its run (the README's main job, run before the tests)."""
+    (tmp_path / "envkit-train").mkdir()
+    (tmp_path / "envkit-train" / "metrics.jsonl").write_text("{}\n")
+    done = envkit(command, *args, cwd=tmp_path)
     assert done.returncode == code, done.stderr
     assert message in one_error_line(done, command)
 

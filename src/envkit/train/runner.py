@@ -74,12 +74,12 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
         check_vllm(settings.vllm_mode)
     check_model(settings.model)
     claimed = settings.claim_output_dir()
-    if claimed.output_dir != settings.output_dir:
-        say(f"{settings.output_dir}/ holds an earlier run: this one goes to {claimed.output_dir}/ "
-            "(--overwrite replaces it instead)")
-    settings = claimed
     with ExitStack() as stack:
-        urls, players = _environment_urls(settings, stack, say)
+        urls, players = _environment_urls(claimed, stack, say)
+        if claimed.output_dir != settings.output_dir:   # said once the environments are there to train on
+            say(f"{settings.output_dir}/ holds an earlier run: this one goes to {claimed.output_dir}/ "
+                "(--overwrite replaces it instead)")
+        settings = claimed
         prepared = prepare(settings, urls, say, show_steps=show_steps, players=players)
         return train(prepared)
 
