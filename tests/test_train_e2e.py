@@ -140,13 +140,17 @@ def test_a_server_killed_mid_training(tmp_path: Path, monkeypatch: pytest.Monkey
         prepared = prepare(settings, {"echo": first.url}, say=lambda message: None, show_steps=False)
         tally, bound = prepared.tally, prepared.classes["echo"]
         call = bound._call
+        # a batch's tool calls run at once on threads of their own: each kill happens once, at the first call that
+        # sees the count reached (several may run between two increments)
+        kill_first, kill_second = threading.Lock(), threading.Lock()
 
         def sabotaged_call(self: Any, tool: str, arguments: dict[str, Any]) -> str:
-            """Kill the servers at set points, from the trainer's own thread (so the timing is exact)."""
-            if tally.tool_calls == 3 and first.process.poll() is None:  # the first step's 4th tool call
+            """Kill the servers at set points, from the calling thread (so the timing is exact)."""
+            if tally.tool_calls >= 3 and kill_first.acquire(blocking=False):  # in the first step
                 first.kill()
                 threading.Thread(target=second.start, daemon=True).start()  # back while the run waits in reset
-            elif tally.episodes > 2 * 32 and second.url and second.process.poll() is None:  # in the third step
+            elif (tally.episodes > 2 * 32 and second.url and second.process.poll() is None
+                  and kill_second.acquire(blocking=False)):  # in the third step
                 bound.reconnect_timeout = 1  # no waiting 30s for a server that will not come back
                 second.kill()
             return call(self, tool, arguments)
