@@ -2,7 +2,7 @@
 # Smoke test of `envkit train` with vLLM colocated in the training process (TRL 1.16, vLLM 0.31), on an NVIDIA
 # GPU or on CPU with vLLM's CPU build.
 #
-# Needs: `pip install -e ".[gpu]"` (GPU) or the README's "vLLM on CPU" install (CPU) done beforehand. Needs no
+# Needs: `pip install -e ".[gpu]"` (GPU) or the "vLLM on CPU" install of docs/vllm-cpu.md (CPU) done beforehand. Needs no
 # network: the model is built here (`--model tiny`, saved to disk so vLLM can load it), the environment is
 # served here.
 #
@@ -28,7 +28,7 @@ try:
     from vllm.platforms import current_platform
 except ImportError as error:
     sys.exit(f"gpu_smoke: vLLM is not installed ({error}); pip install -e '.[gpu]' on an NVIDIA GPU, or on CPU "
-             "the README's 'vLLM on CPU' lines")
+             "the install lines of docs/vllm-cpu.md")
 import torch
 if current_platform.is_cuda_alike():
     device = torch.cuda.get_device_name(0)

@@ -5,7 +5,7 @@ the observation dict of a wire frame (an OpenEnv server's too), or the bare 50-f
 `info_state`, so the same policies drive an environment in this process, over `EnvClient`, or
 through OpenEnv's client. `TOOL_CALLS` turns an action id into the tool call an LLM agent makes.
 
-    python -m catch_env.policies --games 500 --seed 0      # the figures in the README
+    python -m catch_env.policies --games 500 --seed 0      # the figures in docs/environments.md
 """
 
 from __future__ import annotations
