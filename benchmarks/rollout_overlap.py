@@ -33,8 +33,8 @@ from typing import Any
 
 from envkit import Action, Environment, Observation, State, tool
 from envkit.testing import ServedProcess
-from envkit.train.binding import Tally, bind
-from envkit.train.data import env_rows, task_prompt
+from envkit.play.binding import Tally, bind
+from envkit.play.tasks import env_rows, task_prompt
 
 STEPS, GENERATIONS = 2, 16
 #: (reset seconds, tool seconds)
@@ -143,7 +143,7 @@ def main() -> None:
     from trl import GRPOTrainer as TRLTrainer
 
     from envkit.train.rollouts import GRPOTrainer
-    from envkit.train.tiny import TinyModelSpec, build_tiny_model
+    from envkit.play.tiny import TinyModelSpec, build_tiny_model
 
     logging.getLogger("envkit.server").setLevel(logging.ERROR)
     torch.set_num_threads(1)

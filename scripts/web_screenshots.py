@@ -18,7 +18,7 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
 
 ROOT = Path(__file__).resolve().parents[1]

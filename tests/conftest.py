@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from envkit import create_app
-from envkit.serving import resolve_target
+from envkit.app.targets import resolve_target
 from envkit.testing import running_server
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -26,9 +26,9 @@ from sample_envs import CounterAction, CounterEnvironment, CounterObservation  #
 
 
 def needs_fast_path(name: str) -> None:
-    """Skip a test that watches the fast path `name` at work (`envkit.fast_paths`) where it is off: with
+    """Skip a test that watches the fast path `name` at work (`envkit.transport.fast_paths`) where it is off: with
     `ENVKIT_FAST_PATHS=0`, or where its start-up check found what it relies on changed."""
-    from envkit.fast_paths import fast_paths
+    from envkit.transport.fast_paths import fast_paths
 
     paths = fast_paths()
     if not getattr(paths, name):

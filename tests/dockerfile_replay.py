@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from envkit.dockerfile import Instruction, image_env, install_commands, parse_dockerfile, start_command
+from envkit.publish.dockerfile import Instruction, image_env, install_commands, parse_dockerfile, start_command
 
 ANNOUNCE = re.compile(r"serving .* on (http://127\.0\.0\.1:(\d+))")
 

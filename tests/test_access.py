@@ -19,8 +19,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from envkit import AuthenticationError, CapacityError, ConfigurationError, EnvClient, create_app
-from envkit.access import AccessPolicy
-from envkit.serving import resolve_target
+from envkit.core.access import AccessPolicy
+from envkit.app.targets import resolve_target
 from envkit.testing import ServedProcess, running_server
 from test_ors_clients import openreward_python  # noqa: F401 — a fixture (the SDK's own venv)
 

@@ -376,7 +376,7 @@ def test_cli_against_a_web_server_that_is_no_environment_says_so_without_a_trace
 
 
 def test_cli_against_a_non_echo_env_names_the_default_action_and_suggests_one() -> None:
-    from envkit.serving import app_from_environment, resolve_target
+    from envkit.app.targets import app_from_environment, resolve_target
 
     with running_server(app_from_environment(resolve_target("catch").env_class, max_concurrent_envs=8)) as url:
         done = bench_cli("--url", url, "--sessions", "2", "--steps", "1")

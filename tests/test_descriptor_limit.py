@@ -18,9 +18,9 @@ import raw_ws
 from websockets.sync.client import connect
 
 from envkit import create_app
-from envkit.listener import BATCH, Listener, descriptor_reserve
-from envkit.server import EnvkitServer, server_config
-from envkit.serving import resolve_target
+from envkit.transport.listener import BATCH, Listener, descriptor_reserve
+from envkit.transport.uvicorn_server import EnvkitServer, server_config
+from envkit.app.targets import resolve_target
 from envkit.testing import ServedProcess, running_server
 
 LIMIT = 512
@@ -106,7 +106,7 @@ def open_descriptors(pid: int) -> int:
 
 
 def test_a_client_gets_in_while_half_sent_handshakes_fill_the_descriptors() -> None:
-    """`envkit.listener` keeps its connections below the limit less a reserve and, there, closes the oldest stalled
+    """`envkit.transport.listener` keeps its connections below the limit less a reserve and, there, closes the oldest stalled
     handshake for each new connection; the client waits in the listen queue meanwhile. (Accepted by uvloop itself,
     the client got in 0 times of 8: libuv resets every waiting connection when accept fails with EMFILE.) The
     server's open descriptors are read from /proc while the attack runs."""

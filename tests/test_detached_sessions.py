@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from envkit import create_app
-from envkit.serving import resolve_target
-from envkit.ws_handler import SessionRefused
+from envkit.app.targets import resolve_target
+from envkit.surfaces.ws import SessionRefused
 
 
 def echo_app(**settings):

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import Protocol, Side
 
-from envkit.fast_paths import FastPaths
-from envkit.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint
-from envkit.transport_checks import MemoryTransport, connect_protocol, probe_config, run_until_idle
-from envkit.uvicorn_protocols import HeadLimits, protocol_classes
-from envkit.ws_frames import FrameReader, frame_size_limit
+from envkit.transport.fast_paths import FastPaths
+from envkit.surfaces.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint
+from envkit.transport.fast_path_checks import MemoryTransport, connect_protocol, probe_config, run_until_idle
+from envkit.transport.uvicorn_protocols import HeadLimits, protocol_classes
+from envkit.transport.ws_frames import FrameReader, frame_size_limit
 
 EXAMPLES = int(os.environ.get("ENVKIT_DIFFERENTIAL_EXAMPLES", "10000"))
 many = settings(max_examples=EXAMPLES, deadline=None, database=None,

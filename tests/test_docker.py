@@ -17,10 +17,10 @@ from docker.errors import ImageNotFound, NotFound
 from dockerfile_replay import Replay
 
 from envkit import EnvClient
-from envkit.docker import ContainerError
-from envkit.dockerfile import image_env, parse_dockerfile, space_dockerfile_problems, start_command
-from envkit.scaffold import template_dir
-from envkit.serving import bundled_envs
+from envkit.client.docker import ContainerError
+from envkit.publish.dockerfile import image_env, parse_dockerfile, space_dockerfile_problems, start_command
+from envkit.publish.scaffold import template_dir
+from envkit.app.targets import bundled_envs
 from envkit.testing import ServedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]

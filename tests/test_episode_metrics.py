@@ -16,7 +16,7 @@ from envkit import EnvClient, Metric, create_app
 from envkit.client import websocket_url
 from envkit.errors import ConfigurationError
 from envkit.episode_metrics import check_metrics, metrics_from_metadata, summarise
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from envkit.evaluate.games import split_games
-from envkit.evaluate.loop import play
-from envkit.evaluate.model_player import ModelPlayer
-from envkit.serving import app_from_environment, resolve_target
+from envkit.play.games import split_games
+from envkit.play.loop import play
+from envkit.play.model_player import ModelPlayer
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.train.binding import bind
-from envkit.train.data import env_rows, task_prompt
+from envkit.play.binding import bind
+from envkit.play.tasks import env_rows, task_prompt
 
 GAMES = 4
 LENGTH, ITERATIONS = 128, 3
@@ -38,7 +38,7 @@ def test_eval_loop_reproduces_trl_rollouts_token_for_token(env: str, tmp_path: P
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from envkit.train.tiny import TinyModelSpec, build_tiny_model
+    from envkit.play.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     target = resolve_target(env)

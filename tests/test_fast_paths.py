@@ -19,11 +19,11 @@ from conftest import needs_fast_path
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-import envkit.http_at_once
-import envkit.ws_frames
+import envkit.transport.http_at_once
+import envkit.transport.ws_frames
 from envkit import create_app
-from envkit.fast_paths import FastPaths, decide_again, fast_paths
-from envkit.serving import resolve_target
+from envkit.transport.fast_paths import FastPaths, decide_again, fast_paths
+from envkit.app.targets import resolve_target
 from envkit.testing import running_server
 
 OFF_LINE = "envkit fast paths off"
@@ -131,7 +131,7 @@ def test_a_changed_apply_mask_turns_the_frame_reader_off_and_frames_are_read_rig
     """websockets' `apply_mask`, as `ws_frames` uses it, changed to return the payload still masked: the check sees
     the frame misread, websockets reads every frame, and the echoed messages are the ones sent."""
     here = on_here("frames")
-    monkeypatch.setattr(envkit.ws_frames, "apply_mask", lambda data, mask: bytes(data))
+    monkeypatch.setattr(envkit.transport.ws_frames, "apply_mask", lambda data, mask: bytes(data))
     with running_server(echo_app(), log_level="info") as url:
         assert ws_episode(url) == ["first", "second"]
     paths = fast_paths()
@@ -186,7 +186,7 @@ def test_a_changed_status_line_turns_answers_at_once_off_and_every_response_is_w
     """uvicorn's `STATUS_LINE`, as `http_at_once` uses it, changed to lines without their CRLF (uvicorn adding it
     elsewhere): the check sees a malformed response, and uvicorn's cycle answers every request."""
     here = on_here("at_once")
-    monkeypatch.setattr(envkit.http_at_once, "STATUS_LINE", {status: line.rstrip(b"\r\n")
+    monkeypatch.setattr(envkit.transport.http_at_once, "STATUS_LINE", {status: line.rstrip(b"\r\n")
                                                              for status, line in STATUS_LINE.items()})
     with running_server(echo_app(), log_level="info") as url:
         for _ in range(3):   # a first call, then repeats

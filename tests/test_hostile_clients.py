@@ -14,9 +14,9 @@ from websockets.sync.client import connect
 
 from envkit import EnvClient, create_app
 from envkit.client import websocket_url
-from envkit.serving import resolve_target
+from envkit.app.targets import resolve_target
 from envkit.testing import running_server
-from envkit.uvicorn_protocols import HeadLimits
+from envkit.transport.uvicorn_protocols import HeadLimits
 
 
 def echo_app(**settings):

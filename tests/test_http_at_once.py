@@ -1,4 +1,4 @@
-"""Requests to `/mcp` and ORS answered inside the default transport's protocol (`envkit.http_at_once`).
+"""Requests to `/mcp` and ORS answered inside the default transport's protocol (`envkit.transport.http_at_once`).
 
 Real servers on 127.0.0.1 and real sockets. A few tests wrap `ExchangeAtOnce.start` or a surface's `answer` in
 the server's own process to count what took which path, or to make a surface fail as a server bug would; nothing
@@ -18,12 +18,12 @@ import httpx
 import orjson
 import pytest
 
-import envkit.http_at_once as at_once
+import envkit.transport.http_at_once as at_once
 from envkit import create_app, tool
-from envkit.mcp import McpEndpoint
-from envkit.serving import resolve_target
+from envkit.surfaces.mcp import McpEndpoint
+from envkit.app.targets import resolve_target
 from envkit.testing import ServedProcess, running_server
-from envkit.uvicorn_protocols import HeadLimits
+from envkit.transport.uvicorn_protocols import HeadLimits
 
 from conftest import needs_fast_path
 from sample_envs import CounterAction, CounterEnvironment, CounterObservation

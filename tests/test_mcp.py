@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from envkit import create_app
-from envkit.serving import resolve_target
+from envkit.app.targets import resolve_target
 from envkit.testing import ServedProcess, running_server
 
 PEER = Path(__file__).resolve().parent / "mcp_peer"
@@ -378,7 +378,7 @@ def test_the_reset_tool_lists_the_environments_reset_arguments(echo_server: str)
 def test_envkit_validate_checks_both_mcp_dialects(echo_server: str) -> None:
     import asyncio
 
-    from envkit.validate import validate_url
+    from envkit.publish.validate import validate_url
 
     report = asyncio.run(validate_url(echo_server))
     checks = {check.name: check for check in report.checks}

@@ -11,8 +11,8 @@ from websockets.sync.client import connect
 
 from envkit import CapacityError, EnvClient, create_app
 from envkit.client import websocket_url
-from envkit.metrics import LATENCY_BUCKETS_S
-from envkit.serving import resolve_target
+from envkit.core.metrics import LATENCY_BUCKETS_S
+from envkit.app.targets import resolve_target
 from envkit.testing import running_server
 
 

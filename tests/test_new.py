@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from envkit import EnvClient
-from envkit.scaffold import render_env
+from envkit.publish.scaffold import render_env
 from envkit.testing import ServedProcess
-from envkit.validate import read_front_matter
+from envkit.publish.validate import read_front_matter
 
 EXPECTED_FILES = {
     ".dockerignore", ".gitignore", "Dockerfile", "README.md", "pyproject.toml",

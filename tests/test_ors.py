@@ -19,7 +19,7 @@ import pytest
 from envkit import Action, EnvClient, Environment, Observation, State, create_app, tool
 from envkit.errors import CapacityError
 from envkit.testing import running_server
-from envkit import ors
+from envkit.surfaces import ors
 
 
 class NoteAction(Action):
@@ -358,7 +358,7 @@ def test_secrets_are_never_logged(url: str, caplog: pytest.LogCaptureFixture) ->
 def test_validate_checks_the_ors_routes_and_warns_where_tasks_are_missing() -> None:
     import asyncio
 
-    from envkit.validate import validate_url
+    from envkit.publish.validate import validate_url
 
     class Untasked(NotesEnvironment):
         TASKS = {}

@@ -4,7 +4,7 @@
 The venv is `$ENVKIT_OPENREWARD_PYTHON` if set, else `benchmarks/.venv-openreward`, created here on first use
 (pip install openreward==0.1.167). It also sees the packages of the Python running the tests (a `.pth` file), so
 TRL, torch and envkit come from there; its own openreward dependencies come first. Everything is offline:
-the SDK's update check is off, and the tiny policy is built locally (envkit.train.tiny).
+the SDK's update check is off, and the tiny policy is built locally (envkit.play.tiny).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from envkit.serving import resolve_target
-from envkit.ors_client import is_ors_server
+from envkit.app.targets import resolve_target
+from envkit.client.ors_client import is_ors_server
 from envkit.testing import ServedProcess, free_port
 
 from conftest import third_party_python

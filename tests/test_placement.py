@@ -13,7 +13,7 @@ from conftest import subprocess_env
 from sample_envs import CounterAction, CounterEnvironment, CounterObservation
 
 from envkit import CapacityError, EnvClient, EnvConnectionError, SessionLostError, create_app
-from envkit.placement import Placement, is_registry_url, parse_server_urls
+from envkit.client.placement import Placement, is_registry_url, parse_server_urls
 from envkit.testing import ServedProcess, free_port, running_server
 
 COUNTER = "sample_envs:CounterEnvironment"
@@ -160,7 +160,7 @@ def test_registry_lists_live_servers_drops_gone_ones_and_refuses_bad_registratio
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    from envkit.registry import Registry, create_registry_app
+    from envkit.scale.registry import Registry, create_registry_app
 
     registry = Registry(expected=1)
     with running_server(create_registry_app(registry)) as root, counter_servers(4) as (server,):

@@ -25,9 +25,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from envkit import EnvClient
-from envkit.publish import STAGED_MARKER
-from envkit.scaffold import render_env
-from envkit.serving import bundled_envs
+from envkit.publish.space import STAGED_MARKER
+from envkit.publish.scaffold import render_env
+from envkit.app.targets import bundled_envs
 from envkit.testing import running_server
 
 TOKEN = "hf_standin_secret_0123456789"
@@ -338,7 +338,7 @@ def test_the_staged_space_installs_and_serves_from_its_own_files(tmp_path: Path)
             assert result.observation["guesses_left"] == 6
             assert env.call("guess", number=25).observation["guesses_left"] == 5
 
-    repack = subprocess.run([python, "-c", "import sys; from pathlib import Path; from envkit.publish import "
+    repack = subprocess.run([python, "-c", "import sys; from pathlib import Path; from envkit.publish.space import "
                                            "build_envkit_wheel; print(build_envkit_wheel(Path(sys.argv[1])))",
                              str(tmp_path / "repacked")], capture_output=True, text=True, env=replay.env,
                             cwd=tmp_path, timeout=60)

@@ -63,7 +63,7 @@ def test_bad_input_is_counted_and_logged_once_per_kind_without_tracebacks() -> N
 
 
 def test_running_out_of_file_descriptors_is_not_logged_per_connection() -> None:
-    """A flood of idle connections far past the server's RLIMIT_NOFILE (`LIMIT`): `envkit.listener` keeps them
+    """A flood of idle connections far past the server's RLIMIT_NOFILE (`LIMIT`): `envkit.transport.listener` keeps them
     below its cap (the limit less the descriptors open at start and a reserve of 64), closes stalled ones (503)
     and leaves the rest in the listen queue. Each of those is said in one WARNING line, not one per connection,
     and once the flood is gone clients are served again. (At a limit of 64 the reserve leaves room for one
@@ -94,7 +94,7 @@ def test_running_out_of_file_descriptors_is_not_logged_per_connection() -> None:
 def test_rate_limited_lines_say_how_many_were_held_back(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from envkit.quiet_log import RateLimitedLog
+    from envkit.core.quiet_log import RateLimitedLog
 
     caplog.set_level(logging.INFO, logger="envkit.test")
     log = RateLimitedLog(logging.getLogger("envkit.test"), interval_s=0.2)

@@ -152,7 +152,7 @@ def test_unreachable_ray_address_is_one_clear_line(cluster: Cluster) -> None:
 
 
 def test_a_loopback_registry_is_refused_when_replicas_run_on_other_machines() -> None:
-    from envkit.ray_serve import RayServeError, _registry_url_for_nodes
+    from envkit.scale.ray_serve import RayServeError, _registry_url_for_nodes
 
     assert _registry_url_for_nodes("127.0.0.1", 8000, {"127.0.0.1"}) == "http://127.0.0.1:8000"
     assert _registry_url_for_nodes("10.0.0.1", 8000, {"10.0.0.1", "10.0.0.2"}) == "http://10.0.0.1:8000"

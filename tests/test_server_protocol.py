@@ -241,7 +241,7 @@ def test_fragmented_frame_is_answered_as_one(counter_url: str) -> None:
 def test_frame_over_the_transport_limit_closes_with_1009(counter_url: str) -> None:
     from websockets.exceptions import ConnectionClosedError
 
-    from envkit.app import MAX_FRAME_BYTES
+    from envkit.app.asgi import MAX_FRAME_BYTES
 
     with ws(counter_url) as sock:
         ask(sock, {"type": "reset"})

@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 
-import envkit.web
+import envkit.surfaces.web
 
 from envkit import EnvClient, create_app
 from envkit.client import websocket_url
-from envkit.memory import release_memory
-from envkit.serving import resolve_target
-from envkit.sessions import SessionPool
+from envkit.core.memory import release_memory
+from envkit.app.targets import resolve_target
+from envkit.core.sessions import SessionPool
 from envkit.testing import running_server
 
 
@@ -206,5 +206,5 @@ def test_pipelined_requests_and_answers_to_head_and_for_files_stay_whole() -> No
     (get_health, first), (head_css, _), (get_css, css), (head_405, _), (_, second) = answers
     assert get_health.startswith(b"HTTP/1.1 200") and first.endswith(b'"max_sessions":4}') and second == first
     assert head_css.startswith(b"HTTP/1.1 200") and get_css.startswith(b"HTTP/1.1 200")
-    assert css == (Path(envkit.web.__file__).parent / "static" / "style.css").read_bytes()
+    assert css == (Path(envkit.surfaces.web.__file__).parent / "static" / "style.css").read_bytes()
     assert head_405.startswith(b"HTTP/1.1 405")

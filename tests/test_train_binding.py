@@ -30,10 +30,10 @@ from envkit import (
     tool_specs,
 )
 from envkit.errors import EnvConnectionError
-from envkit.serving import bundled_envs, resolve_target
+from envkit.app.targets import bundled_envs, resolve_target
 from envkit.testing import ServedProcess, free_port, running_server
 from envkit.train import BindingError, Tally, bind, environment_factory
-from envkit.train.schema import check_tool_schema, docstring, type_hint
+from envkit.play.schema import check_tool_schema, docstring, type_hint
 
 
 class BoardAction(Action):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from envkit import EnvClient
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import ServedProcess, free_port, running_server
 from envkit.train.runner import TrainingStopped, prepare, run, train
 from envkit.train.settings import TrainSettings

@@ -19,15 +19,15 @@ import pytest
 from envkit import Environment, Observation, State, tool
 from envkit.environment import Action
 from envkit.errors import ConfigurationError
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.train.binding import ServedEnvironment, Tally, bind
-from envkit.train.data import env_rows, task_prompt
+from envkit.play.binding import ServedEnvironment, Tally, bind
+from envkit.play.tasks import env_rows, task_prompt
 from envkit.train.report import RunReport
 from envkit.train.rewards import RewardChoice, parse_reward, reward_functions, train_rewards
 from envkit.train.runner import run
 from envkit.train.settings import TINY_GAME_STEPS, TrainSettings
-from envkit.train.tiny import CONTEXT_ONLY, scripted_conversations
+from envkit.play.tiny import CONTEXT_ONLY, scripted_conversations
 
 
 class Tick(Action):

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from test_train_fit import report_rows
 
-from envkit.train.binding import Tally
+from envkit.play.binding import Tally
 from envkit.train.report import RunReport
 from envkit.train.rewards import has_unparsed_tool_call
 from envkit.train.runner import run

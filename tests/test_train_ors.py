@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.train.data import task_rows
+from envkit.play.tasks import task_rows
 from envkit.train.runner import run
 from envkit.train.settings import TrainSettings
 
@@ -51,7 +51,7 @@ def test_task_rows_interleave_environments_and_cycle_or_take_every_task_once() -
 
 
 def test_train_split_rows_are_the_wordle_tasks_without_the_secret(tmp_path: Path) -> None:
-    from envkit.train.binding import bind
+    from envkit.play.binding import bind
     from envkit.train.runner import _tasks
 
     with served("wordle") as url:

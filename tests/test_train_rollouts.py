@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from envkit import Action, Environment, Observation, State, tool
-from envkit.evaluate.loop import Conversation, Game, start, take_turns
-from envkit.serving import app_from_environment, resolve_target
+from envkit.play.loop import Conversation, Game, start, take_turns
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.train.binding import ServedEnvironment, bind
-from envkit.train.data import env_rows, task_prompt
+from envkit.play.binding import ServedEnvironment, bind
+from envkit.play.tasks import env_rows, task_prompt
 
 STEPS, GENERATIONS, BATCH = 2, 4, 8
 CHAT = {"enable_thinking": False}
@@ -77,7 +77,7 @@ def test_rollouts_are_trls_token_for_token(env: str, tmp_path: Path) -> None:
     from trl import GRPOTrainer as TRLTrainer
 
     from envkit.train.rollouts import GRPOTrainer
-    from envkit.train.tiny import TinyModelSpec, build_tiny_model
+    from envkit.play.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     target = resolve_target(env)
@@ -194,7 +194,7 @@ def test_the_trainer_resets_a_batch_together(tmp_path: Path) -> None:
     import torch
 
     from envkit.train.rollouts import GRPOTrainer
-    from envkit.train.tiny import TinyModelSpec, build_tiny_model
+    from envkit.play.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     app = app_from_environment(GateEnvironment, env_name="gate", max_concurrent_envs=2 * BATCH)

@@ -18,7 +18,7 @@ import pytest
 
 from envkit.errors import ConfigurationError
 from envkit.train import Episode, ServedEnvironment, Tally
-from envkit.train.data import env_rows, file_rows, task_prompt
+from envkit.play.tasks import env_rows, file_rows, task_prompt
 from envkit.train.rewards import RewardChoice, parse_reward, reward_functions
 from envkit.train.settings import TrainSettings, load_config, settings_from
 

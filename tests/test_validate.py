@@ -15,10 +15,10 @@ import pytest
 from sample_envs import CounterAction, CounterEnvironment, CounterObservation, SingleSessionEnvironment
 
 from envkit import create_app
-from envkit.scaffold import render_env
-from envkit.serving import bundled_envs
+from envkit.publish.scaffold import render_env
+from envkit.app.targets import bundled_envs
 from envkit.testing import ServedProcess, running_server
-from envkit.validate import Report, example_from_schema, validate_folder, validate_url
+from envkit.publish.validate import Report, example_from_schema, validate_folder, validate_url
 
 BUNDLED = [name for name in ("echo", "wordle", "catch") if name in bundled_envs()]
 _names = itertools.count()

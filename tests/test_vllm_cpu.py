@@ -153,10 +153,10 @@ def test_vllm_renders_the_tools_as_the_warm_up_shows_them(vllm_server: tuple[str
 
     from envkit.client import EnvClient
     from envkit.evaluate.openai_player import openai_messages
-    from envkit.train.binding import bind
-    from envkit.train.data import task_prompt
-    from envkit.train.embedded import serve_envs
-    from envkit.train.tiny import CHAT_TEMPLATE_KWARGS, chat_api_tools
+    from envkit.play.binding import bind
+    from envkit.play.tasks import task_prompt
+    from envkit.play.embedded import serve_envs
+    from envkit.play.tiny import CHAT_TEMPLATE_KWARGS, chat_api_tools
 
     url, model = vllm_server
     tokenizer = AutoTokenizer.from_pretrained(model)

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from envkit import Action, Environment, Observation, State, create_app
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
-from envkit.web import STATIC_DIR, reset_schema
+from envkit.surfaces.web import STATIC_DIR, reset_schema
 
 
 class PuzzleAction(Action):

@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from envkit import Action, EnvClient, Environment, Observation, State, create_app, tool
-from envkit.serving import app_from_environment, resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.testing import running_server
 
 CHROMIUM = os.environ.get("ENVKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

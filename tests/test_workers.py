@@ -18,7 +18,7 @@ from conftest import subprocess_env
 
 from envkit import CapacityError, EnvClient, SessionLostError
 from envkit.testing import ServedProcess
-from envkit.workers import WorkerBoard, worker_shares
+from envkit.scale.workers import WorkerBoard, worker_shares
 
 COUNTER = "sample_envs:PidCounterEnvironment"
 
@@ -189,7 +189,7 @@ def test_workers_port_taken_is_one_line() -> None:
 
 
 def test_plain_serve_and_import_never_load_ray() -> None:
-    code = ("import sys, envkit, envkit.client, envkit.placement, envkit.workers, envkit.registry, envkit.cli.serve;"
+    code = ("import sys, envkit, envkit.client.env_client, envkit.client.placement, envkit.scale.workers, envkit.scale.registry, envkit.cli.serve;"
             "from envkit.cli.main import cli; cli.get_command(None, 'serve');"
             "loaded = sorted(name for name in sys.modules if name == 'ray' or name.startswith('ray.'));"
             "print(loaded); sys.exit(1 if loaded else 0)")

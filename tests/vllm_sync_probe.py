@@ -42,7 +42,7 @@ def completion_logprobs(trainer: Any) -> tuple[float, float]:
 
 
 def main(output_dir: str, steps: int, skip_sync_from: int, learning_rate: float) -> None:
-    from envkit.train.embedded import serve_envs
+    from envkit.play.embedded import serve_envs
     from envkit.train.runner import prepare, train
     from envkit.train.settings import TrainSettings
 

@@ -16,6 +16,7 @@ Both the server and the client use this module, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -27,11 +28,15 @@ from .environment import Observation
 from .model_codec import dump
 
 __all__ = [
-    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "API_KEY_ENV", "API_KEY_HEADER", "key_headers", "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
     "FrameError", "decode_frame", "to_json", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
     "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]
 
+#: The header a client sends its API key in.
+API_KEY_HEADER = "x-api-key"
+#: The environment variable servers and clients read the API key from by default.
+API_KEY_ENV = "ENVKIT_API_KEY"
 SESSION_ID_HEADER = "x-envkit-session-id"
 #: Sent with the handshake of a connection the server accepts only to refuse it (capacity, shutdown, factory).
 REFUSED_HEADER = "x-envkit-refused"
@@ -41,6 +46,15 @@ FEATURES_HEADER = "x-envkit-features"
 #: The same request as a query parameter of the `/ws` URL (`/ws?features=text`), for browsers: they cannot set
 #: WebSocket handshake headers.
 FEATURES_QUERY = "features"
+
+
+def key_headers() -> dict[str, str]:
+    """The header a client sends the key in: `X-API-Key` from `$ENVKIT_API_KEY` (none when it is unset).
+
+    `X-API-Key` rather than `Authorization`, which the Hugging Face Hub takes on private Spaces.
+    """
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    return {"X-API-Key": key} if key else {}
 
 
 @dataclass(frozen=True)

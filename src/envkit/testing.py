@@ -4,7 +4,7 @@
     with running_server(app) as url:
         with EnvClient(url).sync() as env: ...
 
-`running_server` (from `envkit.server`) runs uvicorn in a thread of the test process;
+`running_server` (from `envkit.transport.uvicorn_server`) runs uvicorn in a thread of the test process;
 `ServedProcess` runs `envkit serve` in a subprocess (for tests that kill or signal the server).
 """
 
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from .server import running_server
+from .transport.uvicorn_server import running_server
 
 __all__ = ["running_server", "ServedProcess", "free_port"]
 

@@ -15,9 +15,9 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.experimental.openreward import OpenRewardSpec
 
-from envkit.serving import resolve_target
-from envkit.train.binding import bind
-from envkit.train.tiny import CHAT_TEMPLATE_KWARGS, TinyModelSpec, build_tiny_model
+from envkit.app.targets import resolve_target
+from envkit.play.binding import bind
+from envkit.play.tiny import CHAT_TEMPLATE_KWARGS, TinyModelSpec, build_tiny_model
 
 url, output_dir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 report: dict = {}

@@ -14,7 +14,7 @@ if str(ENV_DIR) not in sys.path:
 
 from catch_env import CatchEnvironment  # noqa: E402
 
-from envkit.serving import app_from_environment  # noqa: E402
+from envkit.app.targets import app_from_environment  # noqa: E402
 from envkit.testing import running_server  # noqa: E402
 
 

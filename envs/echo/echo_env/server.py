@@ -3,7 +3,7 @@
 `MAX_CONCURRENT_ENVS` and `SESSION_TIMEOUT_S` in the process environment set the limits.
 """
 
-from envkit.serving import app_from_environment
+from envkit.app.targets import app_from_environment
 
 from .environment import EchoEnvironment
 

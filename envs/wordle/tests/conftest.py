@@ -15,7 +15,7 @@ if str(ENV_DIR) not in sys.path:
 
 from wordle_env import WordleEnvironment  # noqa: E402
 
-from envkit.serving import app_from_environment  # noqa: E402
+from envkit.app.targets import app_from_environment  # noqa: E402
 from envkit.testing import running_server  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "textarena_transcripts.json"

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from typing import Protocol
 
-from ..access import key_headers
+from ..protocol import key_headers
 from .raw_client import RawWebSocket, endpoint, open_connection
 from .script import SessionScript
 

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..access import key_headers
+from ..protocol import key_headers
 
 __all__ = ["Endpoint", "RawWebSocket", "client_frame", "endpoint", "open_connection"]
 

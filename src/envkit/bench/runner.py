@@ -14,8 +14,8 @@ import time
 from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
 from ..client import EnvClient, websocket_url
+from ..client.placement import parse_server_urls, spread
 from ..errors import EnvConnectionError
-from ..placement import parse_server_urls, spread
 from ..protocol import ErrorCode
 from .drivers import driver_class
 from .http_surfaces import HTTP_PROTOCOLS
@@ -74,7 +74,7 @@ async def run_load(url: str | Sequence[str], sessions: int, steps: int, *, actio
     `on_open` is awaited while every session is open and before any steps, e.g. to measure the
     server's memory with all of them held; `on_stepped` once every session has finished stepping and
     before any closes. The run stops after `timeout_s` whatever remains. `url` may name several
-    servers or a registry (see `envkit.placement`): the sessions are then spread over them by load.
+    servers or a registry (see `envkit.client.placement`): the sessions are then spread over them by load.
 
     `protocol`: `ws` steps over the WebSocket protocol (`client` picks the library); `mcp` calls `tool`
     with the action as its arguments over MCP (`tools/call` at `/mcp`), `ors` over the Open Reward

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from ..access import API_KEY_ENV
+from ..protocol import API_KEY_ENV
 
 
 def _use_key_from(ctx: click.Context, param: click.Parameter, name: str) -> str:

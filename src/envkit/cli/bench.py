@@ -90,7 +90,7 @@ def command(urls: tuple[str, ...], sessions: int, steps: int, action_json: str |
       envkit bench --url http://127.0.0.1:8001,http://127.0.0.1:8002
       envkit bench --url http://127.0.0.1:8001 --protocol mcp --steps 200
     """
-    from ..placement import parse_server_urls
+    from ..client.placement import parse_server_urls
 
     try:
         url = ",".join(parse_server_urls(urls))

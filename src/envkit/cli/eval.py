@@ -73,7 +73,7 @@ def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, .
       envkit eval --env catch --env-url http://127.0.0.1:8001 --policy solver
     """
     from ..evaluate import EvalSettings, evaluate, render_table
-    from ..train.schema import BindingError
+    from ..play.schema import BindingError
     from ..transcripts import write_transcripts
 
     settings = EvalSettings(env=list(env), env_url=list(env_url), models=list(models), policies=list(policies),
@@ -100,7 +100,7 @@ def _default_games(settings: Any) -> int | None:
     """30 games (the TRL guide's count), or every task when a split has fewer; a dataset is played whole."""
     if settings.dataset:
         return None
-    from ..serving import resolve_target
+    from ..app.targets import resolve_target
 
     sizes = []
     for target in settings.env:

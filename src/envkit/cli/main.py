@@ -55,7 +55,7 @@ def main(argv: Any = None) -> None:
     """Console entry point: every command's errors are one line on stderr, `envkit COMMAND: error: ...`;
     exit 2 for usage errors (a bad flag, target or setting), 1 for failures."""
     if argv is None:   # the process's own command line, so it can be run again as it was
-        from ..memory import rerun_on_system_allocator
+        from ..core.memory import rerun_on_system_allocator
 
         rerun_on_system_allocator(sys.argv[1:])
     args = list(sys.argv[1:] if argv is None else argv)

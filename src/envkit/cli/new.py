@@ -26,7 +26,7 @@ def command(name: str, output_dir: Path) -> None:
       envkit new my_env && pip install -e "./my_env[test]" && pytest my_env
       envkit serve ./my_env
     """
-    from ..scaffold import render_env
+    from ..publish.scaffold import render_env
 
     try:
         folder = render_env(name, output_dir)

@@ -12,7 +12,7 @@ from ..errors import ConfigurationError
 
 
 def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from ..publish import check_repo_id
+    from ..publish.space import check_repo_id
 
     try:
         return None if value is None else check_repo_id(value)
@@ -49,8 +49,8 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
       envkit push ./my_env --repo-id alice/my_env --private
       MY_ENV_KEY=... envkit push ./my_env --api-key-env MY_ENV_KEY
     """
-    from ..publish import PublishError, create_space, stage_space, upload_space
-    from ..validate import validate_folder
+    from ..publish.space import PublishError, create_space, stage_space, upload_space
+    from ..publish.validate import validate_folder
 
     if not (directory / "pyproject.toml").is_file():
         raise click.UsageError(f"{directory} is not an env folder (no pyproject.toml); pass the folder `envkit new` made")

@@ -50,8 +50,8 @@ class ScaleOut:
             self._serve_workers(resolved, settings, host, port, log_level)
 
     def _serve_workers(self, resolved: Any, settings: dict[str, Any], host: str, port: int, log_level: str) -> None:
-        from ..serving import app_from_environment
-        from ..workers import serve_workers
+        from ..app.targets import app_from_environment
+        from ..scale.workers import serve_workers
 
         make_app = functools.partial(app_from_environment, resolved.env_class, env_name=resolved.name, **settings)
 
@@ -70,7 +70,7 @@ class ScaleOut:
 
     def _serve_on_ray(self, target: str, settings: dict[str, Any], host: str, port: int, log_level: str) -> None:
         try:
-            from ..ray_serve import RayServeError, serve_on_ray
+            from ..scale.ray_serve import RayServeError, serve_on_ray
         except ImportError as error:
             raise click.UsageError(f"--ray needs Ray ({error}); install it with: pip install 'envkit[ray]'") from None
         if Path(target).exists():   # an env folder: the replicas find it by absolute path

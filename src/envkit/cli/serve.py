@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..access import is_loopback_host
+from ..core.access import is_loopback_host
 from .scale_out import ScaleOut, scale_out_options
 
 
@@ -80,9 +80,9 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
           --max-sessions-per-client 4
     """
     scale_out.check()
-    from ..ports import ListenError, check_listen
-    from ..server import run_server
-    from ..serving import app_from_environment, resolve_target
+    from ..transport.ports import ListenError, check_listen
+    from ..transport.uvicorn_server import run_server
+    from ..app.targets import app_from_environment, resolve_target
 
     settings: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
                                 "ping_timeout_s": ping_timeout}

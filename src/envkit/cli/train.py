@@ -129,7 +129,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
 
     settings = settings_from(config_path, flags)
     from ..train.runner import TrainingStopped, run
-    from ..train.schema import BindingError
+    from ..play.schema import BindingError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))

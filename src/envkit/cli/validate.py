@@ -36,7 +36,7 @@ def command(target: str, as_json: bool) -> None:
       envkit validate http://127.0.0.1:8000 --json
       envkit validate https://you-my-env.hf.space --api-key-env MY_ENV_KEY
     """
-    from ..validate import validate
+    from ..publish.validate import validate
 
     report = validate(target)   # a key refused, a name that is no env: one line (envkit.cli.main)
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.table())

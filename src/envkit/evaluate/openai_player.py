@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from ..errors import EnvkitError
-from .loop import Conversation
+from ..play.loop import Conversation
 
 __all__ = ["OpenAIPlayer", "ChatServerError"]
 

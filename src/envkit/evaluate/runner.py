@@ -16,20 +16,20 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..app.targets import resolve_target
 from ..client import EnvClient
 from ..environment import Environment
+from ..episode_metrics import metrics_from_metadata
 from ..errors import ConfigurationError
-from ..episode_metrics import Metric, metrics_from_metadata
-from ..serving import resolve_target
-from ..train.binding import ServedEnvironment, bind
-from ..train.data import task_prompt
-from ..train.settings import TINY, TrainSettings, model_defaults
-from ..transcripts import Transcript, chat_message
-from .games import dataset_games, split_games
-from .loop import Conversation, Game, Player, play
-from .table import Row, row_for
+from ..play.binding import ServedEnvironment, bind
+from ..play.games import dataset_games, play_and_score, split_games
+from ..play.loop import Game
+from ..play.models import TINY, chat_template_kwargs, load_play_settings, model_defaults
+from ..play.table import Row
+from ..play.tasks import task_prompt
+from ..transcripts import Transcript
 
-__all__ = ["EvalSettings", "Evaluation", "evaluate", "play_and_score", "transcript_of", "POLICY_ITERATIONS"]
+__all__ = ["EvalSettings", "Evaluation", "evaluate", "POLICY_ITERATIONS"]
 
 #: Tool-calling rounds a scripted policy may take: enough to finish any bundled game (they stop when it ends).
 POLICY_ITERATIONS = 100
@@ -88,13 +88,10 @@ class EvalSettings:
         """The chat template arguments, as `envkit train` passes them for this model (or passed them, for a folder
         it saved), with the flags given here on top."""
         trained = dict(self._trained(model).get("chat_template_kwargs") or {})
-        return TrainSettings(model=model, enable_thinking=self.enable_thinking,
-                             chat_template_kwargs={**trained, **self.chat_template_kwargs}).chat_kwargs()
+        return chat_template_kwargs(model == TINY, self.enable_thinking, {**trained, **self.chat_template_kwargs})
 
     def _trained(self, model: str) -> dict[str, Any]:
         """The play settings saved with a model folder (also when a chat server serves it by that path)."""
-        from ..train.runner import load_play_settings
-
         return load_play_settings(model)
 
 
@@ -117,31 +114,6 @@ class _Env:
     url: str | None = None
 
 
-def transcript_of(label: str, conversation: Conversation, **extra: Any) -> Transcript:
-    """One played game in the transcript format."""
-    game, episode = conversation.game, conversation.episode
-    details: dict[str, Any] = {"session_id": episode.session_id, **extra}
-    if episode.lost:
-        details["lost_reason"] = episode.lost
-    return Transcript(model=label, env=game.env, task=dict(game.task),
-                      messages=[chat_message(message) for message in conversation.messages],
-                      turns=list(episode.turns), reward=episode.reward, done=episode.done,
-                      lost=episode.lost is not None, metrics=dict(episode.metrics), split=game.split,
-                      task_index=game.task_index, extra=details)
-
-
-def play_and_score(player: Player, games: Sequence[Game], classes: Mapping[str, type[ServedEnvironment]],
-                   metrics: Mapping[str, Sequence[Metric]], *, max_tool_calling_iterations: int
-                   ) -> tuple[list[Row], list[Transcript]]:
-    """Play `games` with `player` and return a row per environment and a transcript per game."""
-    conversations = play(player, games, dict(classes), max_tool_calling_iterations=max_tool_calling_iterations)
-    rows = []
-    for env in dict.fromkeys(game.env for game in games):
-        chosen = [conversation for conversation in conversations if conversation.game.env == env]
-        rows.append(row_for(player.label, env, chosen, metrics.get(env, ())))
-    return rows, [transcript_of(player.label, conversation) for conversation in conversations]
-
-
 def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Evaluation:
     """Run the evaluation `settings` describe; `say` gets progress notes."""
     started = time.perf_counter()
@@ -149,20 +121,20 @@ def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Eval
     envs = _environments(settings)
     counted = _games(settings, envs, {env.name: "" for env in envs})  # checks splits and counts before serving
     for name in settings.policies:  # an unknown player is a usage error, before anything is served
-        from .policy_player import policy_names
+        from ..play.policy_player import policy_names
 
         for env in envs:
             if env.env_class is not None and name not in policy_names(env.env_class):
                 raise ConfigurationError(f"--policy {name}: {env.name} has no such scripted player; its players: "
                                          f"{', '.join(policy_names(env.env_class))}")
     if not settings.openai_url:
-        from ..train.model_check import check_model
+        from ..play.model_check import check_model
 
         for model in settings.models:
             check_model(model)
     with ExitStack() as stack:
         if any(env.url is None for env in envs):
-            from ..train.embedded import serve_envs
+            from ..play.embedded import serve_envs
 
             sessions = max(sum(1 for game in counted if game.env == env.name) for env in envs)
             served = stack.enter_context(serve_envs([str(env.target) for env in envs], sessions))
@@ -239,7 +211,7 @@ def _check_capacity(urls: Mapping[str, str], games: Sequence[Game]) -> None:
 def _players(settings: EvalSettings, envs: list[_Env], classes: Mapping[str, type[ServedEnvironment]],
              listings: Mapping[str, Any], prompts: Mapping[str, str], say: Callable[[str], None]) -> Any:
     """Each player in turn (a model is loaded only when its turn comes), with its tool-calling round limit."""
-    from .policy_player import PolicyPlayer
+    from ..play.policy_player import PolicyPlayer
 
     for name in settings.policies:
         yield (PolicyPlayer(name, {env.name: env.env_class for env in envs}, listings, settings.seed),
@@ -255,8 +227,8 @@ def _players(settings: EvalSettings, envs: list[_Env], classes: Mapping[str, typ
                                 temperature=settings.temperature, chat_template_kwargs=settings.chat_kwargs(model)),
                    iterations)
             continue
-        from .model_player import ModelPlayer
-        from .models import load_model
+        from ..play.model_player import ModelPlayer
+        from ..play.models import load_model
 
         players = {env.name: env.env_class for env in envs if env.env_class is not None}
         loaded, tokenizer, episode_tokens = load_model(model, classes, prompts, settings.seed, say, players)

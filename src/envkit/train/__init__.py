@@ -7,7 +7,7 @@
 the trainer itself (`envkit.train.runner`) imports torch, transformers and TRL when it runs.
 """
 
-from .binding import Episode, ServedEnvironment, Tally, bind, environment_factory
-from .schema import BindingError
+from ..play.binding import Episode, ServedEnvironment, Tally, bind, environment_factory
+from ..play.schema import BindingError
 
 __all__ = ["BindingError", "Episode", "ServedEnvironment", "Tally", "bind", "environment_factory"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..ors_client import OrsEpisodeClient, OrsServer
-from .binding import ServedEnvironment, Tally, make_class
+from ..client.ors_client import OrsEpisodeClient, OrsServer
+from ..play.binding import ServedEnvironment, Tally, make_class
 
 __all__ = ["OrsServedEnvironment", "bind_ors", "ors_split"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .binding import Tally
+from ..play.binding import Tally
 from .rewards import UNPARSED_METRIC
 
 __all__ = ["RunReport", "Summary", "ZERO_SIGNAL_STEPS", "ZERO_SIGNAL_SHARE", "UNPARSED_STEPS", "UNPARSED_SHARE"]
@@ -93,7 +93,7 @@ class Summary:
         lines.append(f"time: {self.steps} steps in {self.seconds:.1f}s ({self.seconds_per_step:.2f} s/step, "
                      f"{self.env_share:.0%} of it waiting for the environment)")
         if self.evaluation:
-            from ..evaluate.table import render_table
+            from ..play.table import render_table
 
             lines.append(render_table(self.evaluation))
         for name, path in self.files.items():

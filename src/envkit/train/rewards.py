@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ConfigurationError
-from .binding import ServedEnvironment
+from ..play.binding import ServedEnvironment
 
 __all__ = ["RewardChoice", "parse_reward", "train_rewards", "reward_functions", "abandoned", "has_unparsed_tool_call",
            "UNPARSED_METRIC"]
@@ -199,7 +199,7 @@ def _masked(values: Sequence[float | None], environments: Sequence[ServedEnviron
 
 
 def _user_function(spec: str) -> Callable[..., list[float | None]]:
-    from ..serving import import_attribute
+    from ..app.targets import import_attribute
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

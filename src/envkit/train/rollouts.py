@@ -35,9 +35,9 @@ from typing import Any
 
 from trl import GRPOTrainer as TRLGRPOTrainer
 
-from ..evaluate.loop import Conversation, Game, start, take_turns
-from ..evaluate.model_player import TokenPlayer
-from .binding import ServedEnvironment
+from ..play.binding import ServedEnvironment
+from ..play.loop import Conversation, Game, start, take_turns
+from ..play.model_player import TokenPlayer
 
 __all__ = ["GRPOTrainer", "play_rollouts", "trl_parts_missing", "EPISODE_PROMPTS", "EPISODE_MESSAGES"]
 

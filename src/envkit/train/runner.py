@@ -22,19 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from ..client import EnvClient
+from ..client.ors_client import OrsServer, is_ors_server
 from ..environment import Environment
 from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
-from ..ors_client import OrsServer, is_ors_server
-from .binding import ServedEnvironment, Tally, bind, tool_names
-from .data import env_rows, file_rows, task_prompt, task_rows
-from .embedded import serve_envs
-from .model_check import check_model
+from ..play.binding import ServedEnvironment, Tally, bind, tool_names
+from ..play.embedded import serve_envs
+from ..play.model_check import check_model
+from ..play.models import PLAY_SETTINGS_FILE, SEED_EPISODES
+from ..play.tasks import env_rows, file_rows, task_prompt, task_rows
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions, train_rewards
-from .settings import SEED_EPISODES, TrainSettings
+from .settings import TrainSettings
 from .vllm_setup import check_vllm, prepare_vllm, sync_by_reload
 
-__all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "load_play_settings", "PLAY_SETTINGS_FILE"]
+__all__ = ["run", "Run", "TrainingStopped", "save_play_settings"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -311,7 +312,7 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
     here, or a local path / Hub id for TRL to load."""
     if not settings.tiny:
         return settings.model, None, None
-    from .tiny import GPU_SPEC, TinyModelSpec, build_tiny_model, describe
+    from ..play.tiny import GPU_SPEC, TinyModelSpec, build_tiny_model, describe
 
     if not on_gpu:
         import torch
@@ -347,9 +348,6 @@ def _quiet_unscorable_warning() -> Iterator[None]:
 
 
 #: Saved beside a trained model: how it played in training, so `envkit eval` plays it the same way.
-PLAY_SETTINGS_FILE = "envkit_play.json"
-
-
 def save_play_settings(folder: Path, settings: TrainSettings) -> None:
     """Write the episode budget and chat template arguments the model was trained with into its folder."""
     import json
@@ -361,27 +359,13 @@ def save_play_settings(folder: Path, settings: TrainSettings) -> None:
     }, indent=2) + "\n")
 
 
-def load_play_settings(model: str) -> dict[str, Any]:
-    """What `save_play_settings` wrote for a model folder; empty for anything else."""
-    import json
-
-    path = Path(model).expanduser() / PLAY_SETTINGS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 class _Evaluation:
     """`--eval-games N`: the first N test tasks of each environment, played greedily by the model being trained,
     through `envkit eval`'s loop and table, on sessions of their own (not counted in the training tally)."""
 
     def __init__(self, settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None]) -> None:
-        from ..evaluate.games import split_games
-        from .binding import bind
+        from ..play.games import split_games
+        from ..play.binding import bind
 
         self.settings, self.say = settings, say
         env_classes = _env_classes(settings.env or list(urls))
@@ -402,8 +386,8 @@ class _Evaluation:
 
     def run(self, trainer: Any, when: str) -> None:
         """Play the games with the trainer's model as it is now; keep the rows and transcripts."""
-        from ..evaluate.model_player import ModelPlayer
-        from ..evaluate.runner import play_and_score
+        from ..play.model_player import ModelPlayer
+        from ..play.games import play_and_score
 
         settings = self.settings
         label = f"{settings.model} ({when})"
@@ -430,7 +414,7 @@ class _Evaluation:
 
 def _env_classes(targets: list[str]) -> dict[str, Any]:
     """Environment classes by name (and by target as given) for the targets that resolve here."""
-    from ..serving import resolve_target
+    from ..app.targets import resolve_target
 
     found: dict[str, Any] = {}
     for target in targets:

@@ -29,63 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-
-#: Rows drawn from seeds when neither a dataset, a split nor --num-episodes says how many.
-SEED_EPISODES = 64
+from ..play.models import (SEED_EPISODES, TINY, TINY_GAME_STEPS, TINY_LR_WARMUP_STEPS, chat_template_kwargs,
+                           model_defaults)
 
 __all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY", "DEFAULT_OUTPUT_DIR",
-           "TINY_GAME_STEPS"]
+           "TINY_GAME_STEPS", "SEED_EPISODES"]
 
-TINY = "tiny"
 DEFAULT_OUTPUT_DIR = "envkit-train"
-#: The tiny model's default steps on environments whose episodes are whole games (an episode length).
-TINY_GAME_STEPS = 40
-#: The tiny model's learning rate rises linearly to its value over this many first steps (see `model_defaults`).
-TINY_LR_WARMUP_STEPS = 3
 #: What a finished (or stopped) run leaves in its output folder.
 RUN_FILES = ("metrics.jsonl", "metrics.csv", "reward_curve.png", "model")
 VLLM_MODES = ("none", "colocate", "server")
 REPORT_TO = ("none", "trackio")
 PROTOCOLS = ("auto", "envkit", "ors")
-
-
-def model_defaults(tiny: bool, episode_length: int | None = None, episode_tokens: int | None = None
-                   ) -> dict[str, Any]:
-    """The defaults that depend on the model and on the environments' episodes.
-
-    Laptop-sized for `tiny`, TRL's for a real model. `episode_length`: the most tool calls an episode
-    of the environments takes (their `episode_length` in `/metadata`), or None when none declares one;
-    `episode_tokens`: the longest tiny-model warm-up episode in tokens. With a length, the turn budget
-    is that length plus two (room for refused calls); the tiny model's token budget is its warm-up
-    episodes' length with a quarter to spare, any other model's 128 tokens a turn (1,024 at least).
-    Without: 3 turns and 128 tokens for the tiny model, 10 turns and 1,024 tokens for others. The tiny
-    model plays 32 episodes a step in GRPO groups of 16 (with 16 in groups of 8 the advantages were noisy
-    enough that the main job's seeds ended anywhere from 2.5 to 4.1 times their first steps' reward); it takes
-    30 steps at 1.5e-3 where episodes have no set length (echo), and `TINY_GAME_STEPS` steps at 2e-4 on whole
-    games. (Catch's sampled reward rises faster at 1e-3, +0.28 to +0.58 over seeds 0-2, but its greedy play
-    catches 18/30 test balls before and after, against 24/30 after a run at 2e-4; on Wordle 1e-3 taught the model
-    to stop calling tools, and 5e-4 won fewer test games after training than before on two seeds of three.) Its learning rate rises to that over `TINY_LR_WARMUP_STEPS` steps: Adam's first steps
-    are about the rate times the sign of the gradient for every weight of the 140K-parameter model
-    (initialised at std 0.02). At 2e-3 echo's seed 1 stopped emitting tool calls after its first step, and
-    seed 2, with 2e-3 reached over 5 steps, at its seventh.
-
-    `envkit eval` plays with the same episode budget (`max_completion_length`, `max_tool_calling_iterations`).
-    """
-    game = bool(episode_length)
-    if tiny:
-        turns = episode_length + 2 if game else 3
-        tokens = max(128, -(-int(episode_tokens * 1.25) // 32) * 32) if episode_tokens else 128
-    else:
-        turns = max(10, episode_length + 2) if game else 10
-        tokens = max(1024, 128 * (episode_length + 2)) if game else 1024
-    return {
-        "max_steps": (TINY_GAME_STEPS if game else 30) if tiny else 200,
-        "learning_rate": (2e-4 if game else 1.5e-3) if tiny else 1e-6,
-        "num_generations": 16 if tiny else 8,
-        "batch_size": 32 if tiny else 8,
-        "max_completion_length": tokens,
-        "max_tool_calling_iterations": turns,
-    }
 
 
 #: Settings whose default depends on the environments' episodes: filled in by `TrainSettings.fitted` once they
@@ -219,12 +174,7 @@ class TrainSettings:
 
     def chat_kwargs(self) -> dict[str, Any]:
         """`chat_template_kwargs` for TRL, with `enable_thinking` folded in (the tiny model thinks never)."""
-        kwargs = dict(self.chat_template_kwargs)
-        if self.enable_thinking is not None:
-            kwargs["enable_thinking"] = self.enable_thinking
-        elif self.tiny:
-            kwargs.setdefault("enable_thinking", False)
-        return kwargs
+        return chat_template_kwargs(self.tiny, self.enable_thinking, self.chat_template_kwargs)
 
     def grpo_config(self, *, on_gpu: bool) -> Any:
         """The `trl.GRPOConfig` for these settings (call on resolved settings; unset budgets get `fitted(None)`'s)."""

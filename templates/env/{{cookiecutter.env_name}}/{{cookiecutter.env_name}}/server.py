@@ -5,7 +5,7 @@ The concurrency limit comes from `MAX_CONCURRENT_ENVS` (default 64 sessions at o
 timeout from `SESSION_TIMEOUT_S` (default 300 s).
 """
 
-from envkit.serving import app_from_environment
+from envkit.app.targets import app_from_environment
 
 from .environment import {{cookiecutter.class_prefix}}Environment
 

@@ -1,0 +1,174 @@
+"""Finding what to serve: bundled env names, env folders and `module:attr` targets, turned into an app.
+
+An env folder is a Space-ready package whose `pyproject.toml` has a `[tool.envkit]` table:
+
+    [tool.envkit]
+    name = "echo"
+    environment = "echo_env.environment:EchoEnvironment"
+
+The action and observation models are read from the class's generic parameters
+(`Environment[EchoAction, EchoObservation, State]`) unless the table names them
+(`action = "..."`, `observation = "..."`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+import tomllib
+import traceback
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..environment import Action, Environment, Observation
+from ..errors import ConfigurationError
+
+__all__ = ["EnvTarget", "resolve_target", "bundled_envs", "app_from_environment", "environment_models"]
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]   # src/envkit
+#: Where bundled envs live: inside an installed wheel, or at the root of a source checkout.
+BUNDLED_ROOTS = (_PACKAGE_DIR / "bundled_envs", _PACKAGE_DIR.parents[1] / "envs")
+
+
+class TargetError(ConfigurationError):
+    """What `envkit serve` was asked to serve cannot be found or loaded."""
+
+
+@dataclass
+class EnvTarget:
+    """A servable environment: its class and models, where it came from, and its manifest table."""
+
+    name: str
+    env_class: type[Environment]
+    action_cls: type[Action]
+    observation_cls: type[Observation]
+    root: Path | None = None
+    manifest: dict[str, Any] | None = None
+
+
+def bundled_envs() -> dict[str, Path]:
+    """Bundled environment folders by name (echo, wordle, catch, ...)."""
+    found: dict[str, Path] = {}
+    for root in BUNDLED_ROOTS:
+        if root.is_dir():
+            for folder in sorted(root.iterdir()):
+                if (folder / "pyproject.toml").is_file() and folder.name not in found:
+                    found[folder.name] = folder
+    return found
+
+
+def environment_models(env_class: type[Environment]) -> tuple[type[Action], type[Observation]]:
+    """The (Action, Observation) models an environment class declares via `Environment[A, O, S]`."""
+    for klass in env_class.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            if typing.get_origin(base) is Environment:
+                args = typing.get_args(base)
+                if len(args) >= 2 and all(isinstance(arg, type) for arg in args[:2]):
+                    return args[0], args[1]
+    raise ConfigurationError(f"{env_class.__qualname__} does not name its models; declare it as "
+                             "`class MyEnv(Environment[MyAction, MyObservation, State])`")
+
+
+def app_from_environment(env_class: type[Environment], *, env_name: str | None = None, **settings: Any) -> Any:
+    """`create_app` for a class, with limits from `MAX_CONCURRENT_ENVS` / `SESSION_TIMEOUT_S` unless given."""
+    from .asgi import create_app
+
+    action_cls, observation_cls = environment_models(env_class)
+    default_max = 64 if env_class.SUPPORTS_CONCURRENT_SESSIONS else 1
+    settings.setdefault("max_concurrent_envs", _env_number("MAX_CONCURRENT_ENVS", default_max, int))
+    settings.setdefault("session_timeout_s", _env_number("SESSION_TIMEOUT_S", 300.0, float))
+    return create_app(env_class, action_cls, observation_cls, env_name=env_name, **settings)
+
+
+def _env_number(name: str, default: Any, kind: type) -> Any:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigurationError(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The `[tool.envkit]` table of an env folder's pyproject.toml."""
+    pyproject = folder / "pyproject.toml"
+    if not pyproject.is_file():
+        raise TargetError(f"{folder} has no pyproject.toml; an env folder needs one with a [tool.envkit] table")
+    try:
+        table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("envkit")
+    except tomllib.TOMLDecodeError as error:
+        raise TargetError(f"{pyproject}: invalid TOML ({error})") from None
+    if not isinstance(table, dict) or "environment" not in table:
+        raise TargetError(f'{pyproject} has no [tool.envkit] table with environment = "module:Class"')
+    return table
+
+
+def import_attribute(spec: str) -> Any:
+    """Import `module:attr` (dotted attr allowed); modules in the working folder import, as they do for uvicorn."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise TargetError(f"{spec!r} is not of the form module:attribute")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        if error.name is not None and module_name != error.name and not module_name.startswith(error.name + "."):
+            raise TargetError(f"cannot import {module_name!r}: it imports {error.name!r}, which is not installed "
+                              f"({error})") from None
+        raise TargetError(f"cannot import {module_name!r}: {error}") from None
+    except SyntaxError as error:
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
+        raise TargetError(f"cannot import {module_name!r}: syntax error in {where}: {error.msg}") from None
+    except Exception as error:  # the module's own code raised while it was imported: say where
+        last = traceback.extract_tb(error.__traceback__)[-1]
+        raise TargetError(f"cannot import {module_name!r}: importing it raised {type(error).__name__}: {error} "
+                          f"({last.filename}, line {last.lineno})") from None
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise TargetError(f"module {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    return value
+
+
+def resolve_target(target: str) -> EnvTarget:
+    """Turn a bundled env name, an env folder path or `module:Class` into an `EnvTarget`."""
+    folder = Path(target)
+    if ":" not in target or folder.exists():
+        if not folder.is_dir():
+            bundled = bundled_envs()
+            if target not in bundled:
+                known = ", ".join(bundled) or "none found"
+                close = difflib.get_close_matches(target, bundled, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TargetError(f"{target!r} is neither a bundled env ({known}), an env folder, nor "
+                                  f"module:Class{hint}")
+            folder = bundled[target]
+        return _target_from_folder(folder.resolve())
+    return _target_from_class(import_attribute(target), target)
+
+
+def _target_from_folder(folder: Path) -> EnvTarget:
+    manifest = read_manifest(folder)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    target = _target_from_class(import_attribute(manifest["environment"]), manifest["environment"])
+    if "action" in manifest:
+        target.action_cls = import_attribute(manifest["action"])
+    if "observation" in manifest:
+        target.observation_cls = import_attribute(manifest["observation"])
+    target.name = manifest.get("name", folder.name)
+    target.root, target.manifest = folder, manifest
+    return target
+
+
+def _target_from_class(value: Any, spec: str) -> EnvTarget:
+    if not (isinstance(value, type) and issubclass(value, Environment)):
+        raise TargetError(f"{spec} is {value!r}, not an envkit Environment subclass")
+    action_cls, observation_cls = environment_models(value)
+    return EnvTarget(value.__name__, value, action_cls, observation_cls)

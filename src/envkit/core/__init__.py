@@ -1,0 +1,6 @@
+"""The server's core, under every protocol surface: the one session pool, who may use it, its counters and logs.
+
+Nothing here knows a surface or a transport: `sessions` drives environments, `access` decides who may open a
+session, `metrics` counts, `quiet_log` keeps an attack from flooding the log, `memory` gives memory back after a
+burst, and `inline_answers` answers a session's frames in order inside whatever delivered them.
+"""

@@ -1,0 +1,97 @@
+"""Which games an evaluation plays (tasks of an environment's split, or rows of a dataset file), and playing them.
+
+A game's prompt is built as `envkit train` builds its rows' prompts (the environment's `/metadata`
+prompt or description, `envkit.play.tasks.task_prompt`), followed by the task's own instruction when
+the environment gives one (`Environment.task_prompt`). The first observation is appended to it when
+the game starts, as TRL does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..environment import Environment, UnknownSplitError
+from ..episode_metrics import Metric
+from ..errors import ConfigurationError
+from ..transcripts import Transcript, chat_message
+from .binding import ServedEnvironment
+from .loop import Conversation, Game, Player, play
+from .table import Row, row_for
+from .tasks import file_rows
+
+__all__ = ["split_games", "dataset_games", "game_prompt", "play_and_score", "transcript_of"]
+
+NOT_TASK = ("prompt", "environment")
+
+
+def game_prompt(base: str, env_class: type[Environment] | None, task: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chat a game starts from: the environment's prompt, then the task's instruction if it has one."""
+    instruction = env_class.task_prompt(dict(task)) if env_class is not None else None
+    content = base + (instruction.rstrip() + "\n\n" if instruction else "")
+    return [{"role": "user", "content": content}]
+
+
+def split_games(env: str, env_class: type[Environment] | None, split: str, games: int | None,
+                base_prompt: str) -> list[Game]:
+    """The first `games` tasks of `split` (all of them when None); raises `ConfigurationError` saying what exists."""
+    if env_class is None:
+        raise ConfigurationError(f"{env}: the tasks of a split come from the environment's class; name it with --env "
+                                 "(a bundled env, an env folder or module:Class) beside --env-url, or give --dataset")
+    try:
+        tasks = env_class.tasks(split)
+    except UnknownSplitError:
+        known = ", ".join(env_class.splits()) or (f'none: declare {env_class.__name__}.TASKS = {{"test": [...]}} (each '
+                                                  "task the keyword arguments of one reset), or give --dataset "
+                                                  "rows.jsonl")
+        raise ConfigurationError(f"{env} has no split {split!r}; its splits: {known}") from None
+    if not tasks:
+        raise ConfigurationError(f"{env} split {split!r} has no tasks; choose another --split or give --dataset")
+    count = len(tasks) if games is None else games
+    if count > len(tasks):
+        raise ConfigurationError(f"--games {count}: {env} split {split!r} has only {len(tasks)} tasks; ask for "
+                                 f"{len(tasks)} or fewer, or give --dataset")
+    return [Game(env, dict(tasks[index]), game_prompt(base_prompt, env_class, tasks[index]), split, index)
+            for index in range(count)]
+
+
+def dataset_games(path: str, base_prompts: Mapping[str, str], games: int | None) -> list[Game]:
+    """Games from a JSONL or CSV file, one per row: its columns but `prompt` and `environment` reach `reset`; a row
+    without a prompt gets the environment's (as in `envkit train --dataset`)."""
+    rows = file_rows(path, base_prompts)
+    if games is not None:
+        if games > len(rows):
+            raise ConfigurationError(f"--games {games}: --dataset {path} has only {len(rows)} rows")
+        rows = rows[:games]
+    names = list(base_prompts)
+    chosen = []
+    for row in rows:
+        env = row.get("environment", names[0])
+        task = {key: value for key, value in row.items() if key not in NOT_TASK}
+        chosen.append(Game(env, task, row["prompt"]))
+    return chosen
+
+
+def transcript_of(label: str, conversation: Conversation, **extra: Any) -> Transcript:
+    """One played game in the transcript format."""
+    game, episode = conversation.game, conversation.episode
+    details: dict[str, Any] = {"session_id": episode.session_id, **extra}
+    if episode.lost:
+        details["lost_reason"] = episode.lost
+    return Transcript(model=label, env=game.env, task=dict(game.task),
+                      messages=[chat_message(message) for message in conversation.messages],
+                      turns=list(episode.turns), reward=episode.reward, done=episode.done,
+                      lost=episode.lost is not None, metrics=dict(episode.metrics), split=game.split,
+                      task_index=game.task_index, extra=details)
+
+
+def play_and_score(player: Player, games: Sequence[Game], classes: Mapping[str, type[ServedEnvironment]],
+                   metrics: Mapping[str, Sequence[Metric]], *, max_tool_calling_iterations: int
+                   ) -> tuple[list[Row], list[Transcript]]:
+    """Play `games` with `player` and return a row per environment and a transcript per game."""
+    conversations = play(player, games, dict(classes), max_tool_calling_iterations=max_tool_calling_iterations)
+    rows = []
+    for env in dict.fromkeys(game.env for game in games):
+        chosen = [conversation for conversation in conversations if conversation.game.env == env]
+        rows.append(row_for(player.label, env, chosen, metrics.get(env, ())))
+    return rows, [transcript_of(player.label, conversation) for conversation in conversations]

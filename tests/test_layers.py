@@ -1,0 +1,170 @@
+"""The package's layers: no import circles in `src/envkit`, and each layer imports only itself and the layers below.
+
+Every import counts: at module level, inside functions and under `TYPE_CHECKING` (a circle a type checker sees
+is still a circle a reader has to untangle). The graph is read from the source with `ast`; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parents[1] / "src"
+
+#: The environment contract and the wire protocol: what everything else is written against.
+CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version",
+            "moved")
+
+#: Each layer and the layers it may import (besides itself), lowest first.
+ALLOWED: dict[str, set[str]] = {
+    "contract": set(),
+    "core": {"contract"},
+    "surfaces": {"contract", "core"},
+    "app": {"contract", "core", "surfaces"},
+    "transport": {"contract", "core", "surfaces", "app"},
+    "scale": {"contract", "core", "surfaces", "app", "transport"},
+    "client": {"contract"},
+    "play": {"contract", "client", "app", "transport"},
+    "train": {"contract", "client", "app", "play"},
+    "evaluate": {"contract", "client", "app", "play"},
+    "bench": {"contract", "client"},
+    "publish": {"contract", "client", "app"},
+    "cli": {"contract", "core", "client", "app", "transport", "scale", "play", "train", "evaluate", "bench",
+            "publish"},
+    "api": {"contract", "client", "app", "transport"},  # `envkit` itself and `envkit.testing`
+}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, root: Path) -> set[str]:
+    """The modules (and names, which may be modules) that the file at `path` imports, as absolute dotted names."""
+    name = module_name(path, root)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".") if node.level \
+                else node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph(root: Path, top: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same top package it imports."""
+    files = {module_name(path, root): path for path in (root / top).rglob("*.py")}
+    return {name: {other for other in imports_of(path, root) if other in files and other != name}
+            for name, path in files.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = [stack.pop()]
+            while group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "testing":
+        return "api"
+    return "contract" if parts[1] in CONTRACT else parts[1]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, imported in sorted(graph.items()):
+        mine = layer(module)
+        wrong.extend(f"{module} ({mine}) imports {other} ({layer(other)})" for other in sorted(imported)
+                     if layer(other) != mine and layer(other) not in ALLOWED[mine])
+    return wrong
+
+
+def test_envkit_has_no_import_circles() -> None:
+    assert circles(import_graph(SOURCE, "envkit")) == []
+
+
+def test_every_module_belongs_to_a_known_layer() -> None:
+    unknown = sorted({layer(module) for module in import_graph(SOURCE, "envkit")} - set(ALLOWED))
+    assert unknown == [], f"new top-level folders need a place in ALLOWED: {unknown}"
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    assert layer_violations(import_graph(SOURCE, "envkit")) == []
+
+
+def test_train_and_evaluate_share_code_through_play_not_through_each_other() -> None:
+    assert "evaluate" not in ALLOWED["train"] and "train" not in ALLOWED["evaluate"]
+    graph = import_graph(SOURCE, "envkit")
+    crossing = [(module, other) for module, imported in graph.items() for other in imported
+                if {layer(module), layer(other)} == {"train", "evaluate"}]
+    assert crossing == []
+
+
+def test_the_top_of_the_package_holds_about_a_dozen_modules() -> None:
+    assert len(list((SOURCE / "envkit").glob("*.py"))) <= 12
+
+
+def planted_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "envkit" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_planted_circle_is_found(tmp_path: Path) -> None:
+    """The checks on a small tree: a circle through a function-level and a `TYPE_CHECKING` import is found."""
+    root = planted_tree(tmp_path, {
+        "__init__.py": "",
+        "errors.py": "",
+        "core/__init__.py": "",
+        "core/sessions.py": "from ..errors import *\nfrom .metrics import Counter\n",
+        "core/metrics.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .sessions import Pool\n",
+        "client/__init__.py": "def connect():\n    from ..core import sessions\n",
+    })
+    graph = import_graph(root, "envkit")
+    assert circles(graph) == [["envkit.core.metrics", "envkit.core.sessions"]]
+    assert layer_violations(graph) == ["envkit.client (client) imports envkit.core (core)",
+                                       "envkit.client (client) imports envkit.core.sessions (core)"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("from .. import errors\n", {"envkit", "envkit.errors"}),   # the package itself is imported first
+    ("import envkit.errors\n", {"envkit.errors"}),
+    ("from ..errors import X\n", {"envkit.errors"}),
+    ("def late():\n    from envkit.errors import X\n", {"envkit.errors"}),
+])
+def test_every_import_form_is_read(tmp_path: Path, text: str, expected: set[str]) -> None:
+    root = planted_tree(tmp_path, {"__init__.py": "", "errors.py": "", "core/__init__.py": "", "core/pool.py": text})
+    assert import_graph(root, "envkit")["envkit.core.pool"] == expected
