@@ -285,8 +285,12 @@ def test_the_protocol_page_lists_every_close_code_and_error_code() -> None:
 
 
 def test_the_layout_page_lists_each_layer_folder_as_it_is() -> None:
-    """docs/layout.md's tables name, for each folder of src/envkit, exactly the modules in it."""
-    rows = re.findall(r"^\| `(\w+)/` \| (`.+?`) \|", (DOCS / "layout.md").read_text(), flags=re.M)
+    """docs/layout.md's tables name, for each folder of src/envkit, exactly the modules in it; and it names every
+    module at the top."""
+    page = (DOCS / "layout.md").read_text()
+    top = [path.name for path in (ROOT / "src" / "envkit").glob("*.py") if f"`{path.name}`" not in page]
+    assert top == ["__init__.py"], f"modules at the top of src/envkit that docs/layout.md does not name: {top}"
+    rows = re.findall(r"^\| `(\w+)/` \| (`.+?`) \|", page, flags=re.M)
     assert len(rows) >= 10
     for folder, cell in rows:
         listed = set(re.findall(r"`([\w/]+)`", cell))
