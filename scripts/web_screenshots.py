@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Take the README's screenshots of the /web page: a Wordle game in progress, and a replay of two models.
+"""Take the screenshots of the /web page in docs/web.md: a Wordle game in progress, and a replay of two models.
 
 Serves Wordle on 127.0.0.1, plays a few guesses through the page's forms in headless Chromium, then
 loads into the replay view what `envkit eval` writes for Wordle's solver and random policies.

