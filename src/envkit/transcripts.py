@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT", "Turn", "Transcript", "TranscriptError", "chat_message", "write_transcripts", "read_transcripts",
-           "iter_transcripts"]
+__all__ = ["FORMAT", "Turn", "Transcript", "TranscriptError", "chat_message", "json_objects", "write_transcripts",
+           "read_transcripts", "iter_transcripts"]
 
 FORMAT = "envkit.transcript/1"
 
@@ -139,6 +139,21 @@ def write_transcripts(path: str | Path, transcripts: Iterable[Transcript], *, ap
     return path
 
 
+def json_objects(lines: Iterable[str], where: str, error: type[Exception]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """`(line number, object)` for each non-blank line of a JSON-lines file; `error` names `where` and the line of
+    one that is not a JSON object."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as problem:
+            raise error(f"{where}, line {number}: not JSON ({problem.msg})") from None
+        if not isinstance(data, dict):
+            raise error(f"{where}, line {number}: expected a JSON object per line")
+        yield number, data
+
+
 def iter_transcripts(path: str | Path) -> Iterator[Transcript]:
     """The transcripts of a file, in order; raises `TranscriptError` naming the line that is wrong."""
     path = Path(path)
@@ -146,15 +161,7 @@ def iter_transcripts(path: str | Path) -> Iterator[Transcript]:
         lines = path.read_text().splitlines()
     except OSError as error:
         raise TranscriptError(f"{path}: cannot read it ({error.strerror})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise TranscriptError(f"{path}, line {number}: not JSON ({error.msg})") from None
-        if not isinstance(data, dict):
-            raise TranscriptError(f"{path}, line {number}: expected a JSON object")
+    for number, data in json_objects(lines, str(path), TranscriptError):
         try:
             yield Transcript.from_json(data)
         except TranscriptError as error:

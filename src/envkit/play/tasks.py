@@ -17,13 +17,13 @@ TRL appends the text `reset` returns (the first observation) to the prompt's las
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..transcripts import json_objects
 
 __all__ = ["task_prompt", "env_rows", "task_rows", "file_rows"]
 
@@ -110,18 +110,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
         raise ConfigurationError(f"--dataset {path}: no such file")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ConfigurationError(f"--dataset {path}, line {number}: not JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise ConfigurationError(f"--dataset {path}, line {number}: expected a JSON object per line")
-            records.append(record)
-        return records
+        return [record for _, record in json_objects(path.read_text().splitlines(), f"--dataset {path}",
+                                                     ConfigurationError)]
     if suffix == ".csv":
         with path.open(newline="") as handle:
             return [{key: _scalar(value) for key, value in record.items()} for record in csv.DictReader(handle)]
