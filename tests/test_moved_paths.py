@@ -24,6 +24,12 @@ def fresh_import(name: str) -> tuple[object, list[str]]:
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_module_path_loads_the_module_at_its_new_path(old: str) -> None:
+    try:
+        importlib.import_module(MOVED[old])
+    except ModuleNotFoundError as missing:   # an extra's library (ray) is not installed here
+        if (missing.name or "envkit").startswith("envkit"):
+            raise
+        pytest.skip(f"{MOVED[old]} needs {missing.name}, which is not installed here")
     module, said = fresh_import(old)
     assert module is importlib.import_module(MOVED[old])
     assert f"{old} moved to {MOVED[old]}; import it from there" in said
