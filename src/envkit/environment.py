@@ -110,7 +110,7 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     EPISODE_LENGTH: ClassVar[int | None] = None
     REWARD_RANGE: ClassVar[tuple[float, float] | None] = None
     TRAIN_REWARDS: ClassVar[Sequence[str]] = ()
-    #: The episode metrics an evaluation table shows for this environment (`envkit.core.metrics.Metric`); their
+    #: The episode metrics an evaluation table shows for this environment (`envkit.episode_metrics.Metric`); their
     #: values come from `episode_metrics()`.
     METRICS: ClassVar[Sequence[Metric]] = ()
 

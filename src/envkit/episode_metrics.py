@@ -91,7 +91,7 @@ def check_metrics(metrics: Sequence[Metric], owner: str) -> None:
     for metric in metrics:
         where = f"{owner}.METRICS, {metric.name!r}"
         if not isinstance(metric, Metric):
-            raise ConfigurationError(f"{owner}.METRICS holds {metric!r}; list envkit.core.metrics.Metric(...) entries")
+            raise ConfigurationError(f"{owner}.METRICS holds {metric!r}; list envkit.Metric(...) entries")
         if not metric.name.isidentifier():
             raise ConfigurationError(f"{where}: the name must be an identifier, e.g. 'invalid_guesses'")
         if names.count(metric.name) > 1:

@@ -13,8 +13,8 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
-from importlib.machinery import ModuleSpec
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
@@ -29,7 +29,8 @@ MOVED = {
     "envkit.web": "envkit.surfaces.web", "envkit.routes": "envkit.surfaces.documents",
     "envkit.http_exchange": "envkit.surfaces.http_exchange",
     "envkit.serving": "envkit.app.targets",
-    "envkit.server": "envkit.transport.uvicorn_server", "envkit.uvicorn_protocols": "envkit.transport.uvicorn_protocols",
+    "envkit.server": "envkit.transport.uvicorn_server",
+    "envkit.uvicorn_protocols": "envkit.transport.uvicorn_protocols",
     "envkit.listener": "envkit.transport.listener", "envkit.fast_paths": "envkit.transport.fast_paths",
     "envkit.transport_checks": "envkit.transport.fast_path_checks", "envkit.ws_frames": "envkit.transport.ws_frames",
     "envkit.http_at_once": "envkit.transport.http_at_once", "envkit.ports": "envkit.transport.ports",
@@ -72,7 +73,7 @@ class _MovedModule(importlib.abc.Loader):
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
-        new = new_path(name)
+        new = new_path(name) if name.startswith("envkit.") else None   # asked of every import in the process
         return None if new is None else importlib.util.spec_from_loader(name, _MovedModule(new))
 
 

@@ -28,7 +28,8 @@ from .environment import Observation
 from .model_codec import dump
 
 __all__ = [
-    "API_KEY_ENV", "API_KEY_HEADER", "key_headers", "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
+    "API_KEY_ENV", "API_KEY_HEADER", "key_headers",
+    "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
     "FrameError", "decode_frame", "to_json", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
     "tool_result_payload", "tool_result_frame", "tool_result_text",
 ]

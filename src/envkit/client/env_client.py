@@ -141,8 +141,8 @@ class EnvClient:
         """Start `image` with the Docker SDK and return a client for it; closing the client stops the container.
 
         Blocks until the container answers `/health`. Options: those of `envkit.client.docker.start_container`
-        (`env_vars`, `startup_timeout`, `docker_client`, `container_port`, `run_options`); the rest go to the
-        constructor.
+        (`env_vars`, `startup_timeout`, `docker_client`, `container_port`, `poll_interval`, `run_options`); the
+        rest go to the constructor.
         """
         from .docker import start_container
 

@@ -267,8 +267,9 @@ class SessionPool:
         self._per_client: dict[str, int] = {}
         self.idle_timeout_s = idle_timeout_s
         self.capacity_wait_s = capacity_wait_s
-        #: Keepalive, applied by the server (`envkit.transport.uvicorn_server`): ping a client every `ping_interval_s` (None: never) and
-        #: end its session when no pong comes within `ping_timeout_s`, so a vanished client frees its slot.
+        #: Keepalive, applied by the server (`envkit.transport.uvicorn_server`): ping a client every
+        #: `ping_interval_s` (None: never) and end its session when no pong comes within `ping_timeout_s`, so a
+        #: vanished client frees its slot.
         self.ping_interval_s = ping_interval_s
         self.ping_timeout_s = ping_timeout_s
         self._reserved = 0

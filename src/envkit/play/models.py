@@ -47,10 +47,11 @@ def model_defaults(tiny: bool, episode_length: int | None = None, episode_tokens
     30 steps at 1.5e-3 where episodes have no set length (echo), and `TINY_GAME_STEPS` steps at 2e-4 on whole
     games. (Catch's sampled reward rises faster at 1e-3, +0.28 to +0.58 over seeds 0-2, but its greedy play
     catches 18/30 test balls before and after, against 24/30 after a run at 2e-4; on Wordle 1e-3 taught the model
-    to stop calling tools, and 5e-4 won fewer test games after training than before on two seeds of three.) Its learning rate rises to that over `TINY_LR_WARMUP_STEPS` steps: Adam's first steps
-    are about the rate times the sign of the gradient for every weight of the 140K-parameter model
-    (initialised at std 0.02). At 2e-3 echo's seed 1 stopped emitting tool calls after its first step, and
-    seed 2, with 2e-3 reached over 5 steps, at its seventh.
+    to stop calling tools, and 5e-4 won fewer test games after training than before on two seeds of three.) Its
+    learning rate rises to that over `TINY_LR_WARMUP_STEPS` steps: Adam's first steps are about the rate times
+    the sign of the gradient for every weight of the 140K-parameter model (initialised at std 0.02). At 2e-3
+    echo's seed 1 stopped emitting tool calls after its first step, and seed 2, with 2e-3 reached over 5 steps,
+    at its seventh.
 
     `envkit eval` plays with the same episode budget (`max_completion_length`, `max_tool_calling_iterations`).
     """
@@ -79,7 +80,6 @@ def chat_template_kwargs(tiny: bool, enable_thinking: bool | None, extra: Mappin
     elif tiny:
         kwargs.setdefault("enable_thinking", False)
     return kwargs
-
 
 
 def load_play_settings(model: str) -> dict[str, Any]:

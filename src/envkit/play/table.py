@@ -2,7 +2,7 @@
 
 Every row: episodes, success rate with a 95% Wilson interval, mean reward, mean steps (tool calls
 per episode), failed tool calls (refused or raised: what TRL counts as tool failures), sessions lost.
-Then the environment's metrics (`Environment.METRICS`, aggregated by `envkit.core.metrics.summarise`).
+Then the environment's metrics (`Environment.METRICS`, aggregated by `envkit.episode_metrics.summarise`).
 An episode succeeds when the environment's success metric holds; an environment without one
 counts a positive episode reward as success.
 """

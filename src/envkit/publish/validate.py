@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from ..app.targets import app_from_environment, bundled_envs, import_attribute, resolve_target
 from ..client.ors_client import OrsServer, is_ors_server
-from ..errors import AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError, SessionLostError
+from ..errors import (AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError,
+                      SessionLostError)
 from ..protocol import key_headers
 from ..protocol import ErrorCode
 from ..tools import tool_specs

@@ -1,4 +1,5 @@
-"""The start-up checks of `envkit.transport.fast_paths`: each fast path's protocol classes fed known bytes on a private loop.
+"""The start-up checks of `envkit.transport.fast_paths`: each fast path's protocol classes fed known bytes on a
+private loop.
 
 Each check raises `FastPathBroken` (or whatever the changed internals raise) when what it is fed does not come
 out exactly as uvicorn and websockets themselves would write it; it needs no socket and no app but its own.

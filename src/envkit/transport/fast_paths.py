@@ -3,13 +3,13 @@
 The default transport (uvicorn) is faster than uvicorn alone through code that relies on other projects'
 private internals, none of which they version:
 
-- `frames`: `envkit.transport.ws_frames` reads and writes an open connection's everyday WebSocket frames (it relies on
-  the layout of websockets' sans-I/O parser and its size limits);
+- `frames`: `envkit.transport.ws_frames` reads and writes an open connection's everyday WebSocket frames (it relies
+  on the layout of websockets' sans-I/O parser and its size limits);
 - `inline`: a `RUN_INLINE` environment's frames are answered inside uvicorn's WebSocket protocol
   (`uvicorn_protocols._InlineWebSocket`: it relies on how uvicorn's sans-I/O protocol gathers a message);
 - `at_once`: `/mcp` and ORS requests answered without an ASGI cycle, one keep-alive timer per idle spell and
-  whole responses in one write (`envkit.transport.http_at_once`, `uvicorn_protocols`: they rely on uvicorn's httptools
-  protocol, its request cycle and `STATUS_LINE`).
+  whole responses in one write (`envkit.transport.http_at_once`, `uvicorn_protocols`: they rely on uvicorn's
+  httptools protocol, its request cycle and `STATUS_LINE`).
 
 Before the first server starts, each is checked by behaviour: the protocol classes it builds are fed known
 bytes (a handshake, masked, fragmented and control frames, pipelined and repeated requests, a body split across

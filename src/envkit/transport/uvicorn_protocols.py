@@ -17,14 +17,16 @@ by hundreds of MB of header line and a few thousand half-sent handshakes hold ev
   process's file-descriptor limit); past that the oldest of them is closed with 503 if it has waited
   `min_evict_age_s` (1 s), so stalled handshakes never crowd out clients that complete theirs, while a
   burst of clients connecting at once (a trainer opening every rollout's session) is never evicted;
-  `envkit.transport.listener` closes the oldest the same way (`make_room`) when the process's file descriptors run short.
+  `envkit.transport.listener` closes the oldest the same way (`make_room`) when the process's file descriptors run
+  short.
 
 Each refusal counts as bad client input in `ServerMetrics` (one WARNING per kind per minute), and
 what uvicorn itself logs about clients (invalid UTF-8, invalid HTTP, every accepted WebSocket)
 goes through `TransportLog` instead of producing tracebacks and a line per connection.
 
 The fast paths built on uvicorn's internals (answers at once, the keep-alive timer, whole-response writes,
-inline answers and `envkit.transport.ws_frames`) are used only where `envkit.transport.fast_paths` found them working at start-up.
+inline answers and `envkit.transport.ws_frames`) are used only where `envkit.transport.fast_paths` found them
+working at start-up.
 """
 
 from __future__ import annotations
@@ -503,8 +505,8 @@ def protocol_classes(limits: HeadLimits, paths: FastPaths) -> tuple[type[asyncio
     """uvicorn's `http` and `ws` protocol classes for one server: httptools (h11 without it) and websockets.
 
     With the fast paths (`paths`: those `envkit.transport.fast_paths` found working): requests to `/mcp` and ORS
-    are answered without an ASGI cycle (`envkit.transport.http_at_once`), the keep-alive timeout takes one timer per idle
-    spell (`_KeepAliveTimer`), whole responses leave in one write (`_HeadWithBody`), and a `RUN_INLINE`
+    are answered without an ASGI cycle (`envkit.transport.http_at_once`), the keep-alive timeout takes one timer per
+    idle spell (`_KeepAliveTimer`), whole responses leave in one write (`_HeadWithBody`), and a `RUN_INLINE`
     environment's frames are answered and read inside the WebSocket protocol (`_QuietWebSocket`)."""
     at_once = paths.at_once and HttpToolsProtocol is not None and AnsweredAtOnce is not None
     if HttpToolsProtocol is None:

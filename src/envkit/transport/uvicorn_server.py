@@ -85,9 +85,9 @@ class EnvkitServer(uvicorn.Server):
     """A uvicorn server that ends every session (close 1001, `env.close()`) before shutting down.
 
     `on_started` is called with the bound port once the server listens (useful with port 0). `run()` accepts
-    connections with `envkit.transport.listener` (file descriptors in reserve, stalled request heads closed first) when the
-    config is `server_config`'s with its `loop="auto"`; `await serve()` on a loop of one's own accepts as that loop
-    does.
+    connections with `envkit.transport.listener` (file descriptors in reserve, stalled request heads closed first)
+    when the config is `server_config`'s with its `loop="auto"`; `await serve()` on a loop of one's own accepts as
+    that loop does.
     """
 
     def __init__(self, config: uvicorn.Config, on_started: Callable[[int], None] | None = None) -> None:

@@ -10,8 +10,8 @@ which answers it exactly as it always did, and reads nothing more itself. `serve
 server's side (final, unmasked).
 
 It takes over only where websockets has nothing half-read (`between_frames`) and no extension such as
-permessage-deflate was negotiated, and only where `envkit.transport.fast_paths` found at start-up that websockets' parser,
-size limits and `apply_mask` behave as this module reads them (the `frames` fast path).
+permessage-deflate was negotiated, and only where `envkit.transport.fast_paths` found at start-up that websockets'
+parser, size limits and `apply_mask` behave as this module reads them (the `frames` fast path).
 """
 
 from __future__ import annotations
