@@ -80,17 +80,6 @@ def test_help_has_an_example() -> None:
     assert done.returncode == 0 and "envkit serve echo --port 8001" in done.stdout
 
 
-@pytest.mark.parametrize("value", ["picows", "uvicorn"])
-def test_the_removed_transport_option_says_what_serves_instead(value: str) -> None:
-    """A command line from before `--transport` was removed fails in one line that says what the one transport
-    serves, and `--help` no longer lists the option."""
-    done = envkit("serve", "echo", "--transport", value)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    [line] = done.stderr.strip().splitlines()
-    assert "--transport was removed" in line and all(part in line for part in ("/ws", "/mcp", "Open Reward", "/web"))
-    assert "--transport" not in envkit("serve", "--help").stdout
-
-
 def process_environment(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)

@@ -14,8 +14,7 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 #: The environment contract and the wire protocol: what everything else is written against.
-CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version",
-            "moved")
+CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version")
 
 #: Each layer and the layers it may import (besides itself), lowest first.
 ALLOWED: dict[str, set[str]] = {

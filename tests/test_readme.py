@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from envkit import EnvClient, create_app
-from envkit.moved import new_path
 from envkit.protocol import CloseCode, ErrorCode
 from envkit.testing import ServedProcess, running_server
 
@@ -218,14 +217,6 @@ def test_the_readme_links_every_docs_page() -> None:
     assert not unlinked, f"docs pages the README does not link: {unlinked}"
 
 
-def test_no_page_documents_the_removed_transport_option() -> None:
-    """One transport serves every surface: `--transport` is named once, where the docs say it is gone."""
-    mentions = [(page, paragraph) for page in PAGES for paragraph in page.read_text().split("\n\n")
-                if "--transport" in paragraph]
-    assert [page.relative_to(ROOT).as_posix() for page, _ in mentions] == ["docs/serving.md"], mentions
-    assert "option is gone" in mentions[0][1]
-
-
 def named_modules(page: Path) -> set[str]:
     """The dotted `envkit.…` names and the source paths (`src/envkit/…`, `envkit/….py`) in the page's code spans."""
     spans = re.findall(r"`([^`\n]+)`", prose(page))
@@ -243,8 +234,6 @@ def missing_module(name: str) -> str | None:
     """Why `name` (a dotted path or a file path under src/) names nothing in the source tree, or None."""
     if "/" in name:
         return None if (ROOT / "src" / name).exists() else "no such file under src/"
-    if (moved := new_path(name)) is not None:
-        return f"an old path; now {moved}"
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         folder = ROOT / "src" / Path(*parts[:end])
@@ -264,14 +253,14 @@ def missing_module(name: str) -> str | None:
 
 
 def test_module_paths_named_on_the_pages_exist() -> None:
-    """Every module, attribute and source file a page names exists under its current path (no old paths)."""
+    """Every module, attribute and source file a page names exists under its current path."""
     wrong = {f"{page.relative_to(ROOT)}: {name}": why for page in PAGES for name in sorted(named_modules(page))
              if (why := missing_module(name)) is not None}
     assert not wrong, wrong
 
 
 def test_the_module_path_check_rejects_old_and_missing_names() -> None:
-    assert missing_module("envkit.metrics.ServerMetrics") == "an old path; now envkit.core.metrics.ServerMetrics"
+    assert missing_module("envkit.metrics.ServerMetrics") == "envkit has no metrics.ServerMetrics"
     assert missing_module("envkit.core.metrics.NoSuchThing") == "envkit.core.metrics has no NoSuchThing"
     assert missing_module("envkit/server.py") == "no such file under src/"
     assert missing_module("envkit.core.metrics.ServerMetrics") is None

@@ -25,7 +25,6 @@ from .errors import (
     ToolDefinitionError,
 )
 from .episode_metrics import Metric
-from .moved import install as _install_moved_paths
 from .tools import ToolSpec, tool, tool_specs
 from .version import __version__
 
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from .app import create_app
     from .client import EnvClient, StepResult, SyncEnvClient, ToolResult
     from .transport.uvicorn_server import run_server
-
-_install_moved_paths()  # envkit.serving and the other paths modules had before the layered layout
 
 _LAZY = {
     "create_app": "app", "run_server": "transport.uvicorn_server",

@@ -12,13 +12,6 @@ from ..core.access import is_loopback_host
 from .scale_out import ScaleOut, scale_out_options
 
 
-def _transport_removed(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    """`--transport` is gone; a command line that still passes it hears so in one line (exit 2)."""
-    if value is not None:
-        raise click.UsageError("--transport was removed: envkit serve has one transport, which serves /ws, /mcp, the "
-                               "Open Reward Standard and the /web page; leave the option out")
-
-
 @click.command("serve")
 @click.argument("target")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -34,8 +27,6 @@ def _transport_removed(_ctx: click.Context, _param: click.Parameter, value: str 
               help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
 @click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
-@click.option("--transport", hidden=True, expose_value=False, callback=_transport_removed,
-              help="Removed: the one transport serves every surface.")
 @click.option("--api-key-env", metavar="NAME", default=None,
               help="Require the API key held in environment variable NAME on every route but /health "
                    "[default: $ENVKIT_API_KEY if set, else no key]. The key itself never goes on the command line.")
