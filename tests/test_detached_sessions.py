@@ -8,7 +8,7 @@ import pytest
 
 from envkit import create_app
 from envkit.app.targets import resolve_target
-from envkit.surfaces.ws import SessionRefused
+from envkit.core.served_env import SessionRefused
 
 
 def echo_app(**settings):
@@ -18,10 +18,10 @@ def echo_app(**settings):
 
 async def test_detached_sessions_count_against_the_limit_and_give_their_slot_back() -> None:
     app = echo_app(max_concurrent_envs=2, capacity_wait_s=0)
-    handler, pool = app.session_handler, app.state.envkit_pool
-    first, second = await handler.open_detached(), await handler.open_detached()
+    served, pool = app.served, app.state.envkit_pool
+    first, second = await served.open_detached(), await served.open_detached()
     with pytest.raises(SessionRefused) as refused:
-        await handler.open_detached()
+        await served.open_detached()
     assert refused.value.refusal.kind == "capacity" and pool.active == 2
     await first.end(1000, "closed by client")
     assert pool.active == 1 and pool.get(first.id) is None and pool.get(second.id) is second
@@ -32,8 +32,8 @@ async def test_detached_sessions_count_against_the_limit_and_give_their_slot_bac
 
 async def test_idle_detached_session_is_reaped_and_remembered_as_gone() -> None:
     app = echo_app(max_concurrent_envs=1, session_timeout_s=0.3)
-    handler, pool = app.session_handler, app.state.envkit_pool
-    session = await handler.open_detached()
+    served, pool = app.served, app.state.envkit_pool
+    session = await served.open_detached()
     async with session.in_use():
         await session.reset({})
     for _ in range(50):
@@ -48,7 +48,7 @@ async def test_requests_of_a_detached_session_take_turns_in_order_and_survive_ca
     """`Session.in_use()`: one request at a time, first come first served; a request cancelled while it waits leaves
     no trace, one cancelled just as its turn came passes the turn on, and the session is free again after them."""
     app = echo_app(max_concurrent_envs=1)
-    session = await app.session_handler.open_detached()
+    session = await app.served.open_detached()
     order: list[str] = []
 
     async def request(name: str, hold_s: float = 0.0) -> None:

@@ -25,7 +25,7 @@ from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import Protocol, Side
 
 from envkit.transport.fast_paths import FastPaths
-from envkit.surfaces.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint
+from envkit.core.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint
 from envkit.transport.fast_path_checks import MemoryTransport, connect_protocol, probe_config, run_until_idle
 from envkit.transport.uvicorn_protocols import HeadLimits, protocol_classes
 from envkit.transport.ws_frames import FrameReader, frame_size_limit

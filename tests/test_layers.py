@@ -109,6 +109,18 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return wrong
 
 
+def surface(module: str) -> str | None:
+    """The surface a module belongs to (`ws`, `mcp`, `ors`, ...: a module or package directly under `surfaces/`)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "surfaces" else None
+
+
+def surface_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one surface into another: what surfaces share lives in `core/`."""
+    return [f"{module} imports {other}" for module, imported in sorted(graph.items()) for other in sorted(imported)
+            if surface(module) is not None and surface(other) is not None and surface(module) != surface(other)]
+
+
 def test_envkit_has_no_import_circles() -> None:
     assert circles(import_graph(SOURCE, "envkit")) == []
 
@@ -120,6 +132,10 @@ def test_every_module_belongs_to_a_known_layer() -> None:
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
     assert layer_violations(import_graph(SOURCE, "envkit")) == []
+
+
+def test_surfaces_share_code_through_core_not_through_each_other() -> None:
+    assert surface_crossings(import_graph(SOURCE, "envkit")) == []
 
 
 def test_train_and_evaluate_share_code_through_play_not_through_each_other() -> None:
@@ -156,6 +172,20 @@ def test_a_planted_circle_is_found(tmp_path: Path) -> None:
     assert circles(graph) == [["envkit.core.metrics", "envkit.core.sessions"]]
     assert layer_violations(graph) == ["envkit.client (client) imports envkit.core (core)",
                                        "envkit.client (client) imports envkit.core.sessions (core)"]
+
+
+def test_a_planted_surface_crossing_is_found(tmp_path: Path) -> None:
+    """The surface check on a small tree: a surface importing another (module or package) is found; a surface's own
+    modules and `core/` are not."""
+    root = planted_tree(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "core/served_env.py": "", "surfaces/__init__.py": "",
+        "surfaces/ws.py": "from ..core.served_env import ServedEnv\n",
+        "surfaces/ors.py": "from .ws import SessionHandler\n",
+        "surfaces/mcp/__init__.py": "from .endpoint import McpEndpoint\n",
+        "surfaces/mcp/endpoint.py": "def late():\n    from ..ws import INLINE_FRAMES\n",
+    })
+    assert surface_crossings(import_graph(root, "envkit")) == [
+        "envkit.surfaces.mcp.endpoint imports envkit.surfaces.ws", "envkit.surfaces.ors imports envkit.surfaces.ws"]
 
 
 @pytest.mark.parametrize(("text", "expected"), [

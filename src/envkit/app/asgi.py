@@ -13,13 +13,14 @@ from starlette.websockets import WebSocket
 
 from ..core.access import AccessPolicy, AccessRefusal
 from ..core.metrics import ServerMetrics
+from ..core.served_env import ServedEnv
 from ..core.sessions import SessionPool, current_client
 from ..environment import Action, Environment, Observation
 from ..episode_metrics import check_metrics
 from ..errors import ConfigurationError
 from ..protocol import API_KEY_ENV
 from ..surfaces.documents import Documents, build_router
-from ..surfaces.http_exchange import ExchangeEndpoint, RawHeaders, respond
+from ..core.http_exchange import ExchangeEndpoint, RawHeaders, respond
 from ..surfaces.mcp import McpEndpoint
 from ..surfaces.ors import OrsSurface
 from ..surfaces.web import mount_web
@@ -123,7 +124,8 @@ def create_app(
     metrics = ServerMetrics()
     pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
                        ping_timeout_s, metrics, max_sessions_per_client)
-    handler = SessionHandler(env, env_class, action_cls, tools, pool, max_message_bytes, access)
+    served = ServedEnv(env, env_class, action_cls, tools, pool, max_message_bytes, access)
+    handler = SessionHandler(served)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -134,15 +136,16 @@ def create_app(
     documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}, access)
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
     app.access = access
+    app.served = served
     app.session_handler = handler
     app.documents = documents
     app.state.envkit_pool = pool
     app.state.envkit_metrics = metrics
-    ors = OrsSurface(name, env_class, handler)
+    ors = OrsSurface(name, env_class, served)
     documents.metadata["ors"] = ors.metadata
     # The per-call routes come first: FastAPI tries routes in order, and the ORS router holds dozens.
     app.add_api_websocket_route("/ws", handler)
-    app.serve_directly(["/mcp"], McpEndpoint(handler, env_class, name, documents.metadata["description"]))
+    app.serve_directly(["/mcp"], McpEndpoint(served, name, documents.metadata["description"]))
     app.serve_directly(ors.paths(), ors)
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
     documents.metadata["web"] = mount_web(app, env_class, documents.metadata)
@@ -164,6 +167,8 @@ class EnvkitApp(FastAPI):
     its yes: it asks `surface_at_once` and answers them with no ASGI cycle at all (`uvicorn_protocols`).
     """
 
+    #: The environment as every surface serves it (`envkit.core.served_env`).
+    served: ServedEnv | None = None
     session_handler: SessionHandler | None = None
     #: The documents of the HTTP routes (`envkit.surfaces.documents`).
     documents: Documents | None = None
@@ -212,8 +217,8 @@ class EnvkitApp(FastAPI):
             return None
         if self.access is not None and not self.access.admits_as_is(path, RawHeaders(headers), local_host):
             return None
-        handler = self.session_handler
-        if handler is not None and handler.pool.max_sessions_per_client is not None:
+        served = self.served
+        if served is not None and served.pool.max_sessions_per_client is not None:
             return None
         return endpoint
 

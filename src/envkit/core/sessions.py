@@ -48,7 +48,7 @@ Closer = Callable[[int, str], Awaitable[None]]
 
 
 #: The client address of the HTTP request being served, set by the app's access guard when sessions per client
-#: are limited; HTTP surfaces' sessions (`SessionHandler.open_detached`) are counted against it.
+#: are limited; HTTP surfaces' sessions (`ServedEnv.open_detached`) are counted against it.
 current_client: ContextVar[str | None] = ContextVar("envkit_current_client", default=None)
 
 

@@ -43,13 +43,13 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from ..core.inline_answers import Resumed, first_step
+from ..core.served_env import ServedEnv, SessionRefused
 from ..core.sessions import Session, new_session_id
 from ..environment import Environment, Observation, UnknownSplitError
 from ..protocol import CloseCode, FrameError, to_json, tool_result_payload
 from ..tools import ToolSpec
 from ..version import __version__
-from .http_exchange import EVENT_STREAM, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
-from .ws import SessionHandler, SessionRefused
+from ..core.http_exchange import EVENT_STREAM, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
 
 logger = logging.getLogger("envkit.server")
 
@@ -121,11 +121,11 @@ class EventStream:
 class OrsSurface(ExchangeEndpoint):
     """Serves one environment over ORS from the session pool that `/ws` uses."""
 
-    def __init__(self, name: str, env_class: type[Environment], handler: SessionHandler) -> None:
+    def __init__(self, name: str, env_class: type[Environment], served: ServedEnv) -> None:
         self.name = name.lower()
         self.env_class = env_class
-        self.handler = handler
-        self.pool = handler.pool
+        self.served = served
+        self.pool = served.pool
         self._episodes: WeakKeyDictionary[Session, OrsEpisode] = WeakKeyDictionary()
         self._creating: set[str] = set()
         # A call's task_id: a prefix drawn once and a counter, unique on this server without a system call per call
@@ -133,9 +133,9 @@ class OrsSurface(ExchangeEndpoint):
         self._call_prefix = secrets.token_hex(8)
         self._call_numbers = itertools.count()
         self._routes = self._route_table()
-        self.max_body_bytes = handler.max_message_bytes
+        self.max_body_bytes = served.max_message_bytes
         self.tools_listing = {
-            "tools": [_tool_spec(spec) for spec in handler.tools.values()],
+            "tools": [_tool_spec(spec) for spec in served.tools.values()],
             "terminal_tool": None,
             "supports_score_group": False,
         }
@@ -248,12 +248,12 @@ class OrsSurface(ExchangeEndpoint):
         self._creating.add(sid)
         try:
             try:
-                session = await self.handler.open_detached(session_id=sid)
+                session = await self.served.open_detached(session_id=sid)
             except SessionRefused as refused:
                 raise _refusal_error(refused) from None
             try:
                 async with session.in_use():
-                    first = await session.reset(self.handler.reset_kwargs(task))
+                    first = await session.reset(self.served.reset_kwargs(task))
                 if not isinstance(first, Observation):
                     raise TypeError(f"reset() returned {type(first).__name__}, expected an Observation")
                 parts = (self.env_class.task_prompt(task), first.as_text())
@@ -326,9 +326,9 @@ class OrsSurface(ExchangeEndpoint):
 
     async def _run_call(self, session: Session, episode: OrsEpisode, name: str, arguments: Any) -> str:
         """One tool call, as the JSON text of the ORS result (`ok` true with the output, or false with why)."""
-        spec = self.handler.tools.get(name)
+        spec = self.served.tools.get(name)
         if spec is None:
-            known = ", ".join(sorted(self.handler.tools)) or "none"
+            known = ", ".join(sorted(self.served.tools)) or "none"
             return _failure("not_found", f"{name!r} is not a valid tool; this environment's tools: {known}")
         if not isinstance(arguments, dict):
             return _failure("bad_input_shape", f"the input of {name} must be a JSON object of its arguments")

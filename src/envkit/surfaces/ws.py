@@ -1,8 +1,7 @@
 """The WebSocket endpoint: one session per connection, frames answered in order.
 
-`SessionHandler` holds the session's parts (refusals, building environments, answering frames);
-its `__call__` is the Starlette/uvicorn connection lifecycle, and the HTTP surfaces open detached
-sessions through it.
+`SessionHandler` answers a connection's frames over the sessions `ServedEnv` opens (`envkit.core.served_env`);
+its `__call__` is the Starlette/uvicorn connection lifecycle.
 
 Every bad frame is answered with an error frame and the session carries on; only capacity,
 a failing environment factory, idle reaping and shutdown end a session from the server side,
@@ -12,19 +11,17 @@ each with a close code that says why.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..core.access import AccessPolicy
-from ..core.sessions import Session, SessionPool, current_client
-from ..environment import Action, Environment, Observation
-from ..model_codec import validator_for
+from ..core.served_env import Refusal, ServedEnv, summarise_validation_error
+from ..core.sessions import Session
+from ..environment import Observation
 from ..protocol import (
     FEATURES_HEADER,
     REFUSED_HEADER,
@@ -39,7 +36,6 @@ from ..protocol import (
     state_frame,
     tool_result_frame,
 )
-from ..tools import ToolSpec
 
 if TYPE_CHECKING:
     from ..core.inline_answers import InlineAnswers
@@ -50,72 +46,19 @@ logger = logging.getLogger("envkit.server")
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "Refusal", "SessionRefused", "summarise_validation_error", "ATTACH_PARAMETER",
-           "reset_method", "INLINE_FRAMES"]
+__all__ = ["SessionHandler", "ATTACH_PARAMETER", "INLINE_FRAMES"]
 
 #: ASGI scope extension a transport may offer: `answer_inline(handler, session, features) -> InlineAnswers` makes
 #: it answer the session's frames in its own callbacks (`uvicorn_protocols`); taken for `RUN_INLINE` environments.
 INLINE_FRAMES = "envkit.inline_frames"
 
 
-class Refusal(NamedTuple):
-    """A connection accepted only to be refused: handshake header value, the one error frame, then the close.
-
-    `message` is the error frame's message, for surfaces that answer without frames (`/mcp`).
-    """
-
-    kind: str
-    frame: str
-    code: int
-    reason: str
-    message: str
-
-
-class SessionRefused(Exception):
-    """No session could be opened (capacity, shutdown, a failing factory); `refusal` says why."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.reason)
-        self.refusal = refusal
-
-
-def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
-    """The method that serves `reset` frames: `reset_async` when the class overrides it, else `reset`."""
-    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
-
-
-def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
-    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
-    name of its bound first parameter (`self`), which no keyword can reach."""
-    parameters = list(inspect.signature(reset_method(env_class)).parameters.values())
-    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
-    names = set()
-    for param in parameters[1:]:
-        if param.kind is param.VAR_KEYWORD:
-            return None, bound
-        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            names.add(param.name)
-    return frozenset(names), bound
-
-
 class SessionHandler:
     """Serves `/ws`: builds an environment per connection and answers its frames."""
 
-    def __init__(self, factory: Callable[[], Environment], env_class: type[Environment], action_cls: type[Action],
-                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int,
-                 access: AccessPolicy | None = None) -> None:
-        self.factory = factory
-        #: Finds the client address that per-client limits count by.
-        self.access = access or AccessPolicy()
-        self.action_cls = action_cls
-        self._validate_action = validator_for(action_cls)
-        self.tools = tools
-        self.pool = pool
-        self.max_message_bytes = max_message_bytes
-        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
-        self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
-        self.inline_factory = env_class.RUN_INLINE
-        self.has_metrics = bool(env_class.METRICS)
+    def __init__(self, served: ServedEnv) -> None:
+        self.served = served
+        self.pool = served.pool
 
     async def __call__(self, websocket: WebSocket) -> None:
         """Serve one Starlette/uvicorn connection, from handshake to close."""
@@ -136,9 +79,9 @@ class SessionHandler:
         client: str | None = None
         if pool.max_sessions_per_client is not None:
             peer = websocket.scope.get("client")
-            client = self.access.client_address(peer[0] if peer else None, websocket.headers)
+            client = self.served.access.client_address(peer[0] if peer else None, websocket.headers)
             if not pool.hold_client(client):
-                await _refuse(websocket, self.client_refusal(client))
+                await _refuse(websocket, self.served.client_refusal(client))
                 return
         try:
             await self._serve(websocket, receive, send, direct)
@@ -149,15 +92,15 @@ class SessionHandler:
     async def _serve(self, websocket: WebSocket, receive: Receive, send: Send, direct: bool) -> None:
         pool = self.pool
         if not pool.try_reserve() and not await pool.wait_for_slot():
-            await _refuse(websocket, self.refusal())
+            await _refuse(websocket, self.served.refusal())
             return
         session: Session | None = None
         inline: InlineAnswers | None = None
         try:
             try:
-                env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
+                env = await self.served.build_for_session()
             except Exception as error:
-                await _refuse(websocket, self.factory_refusal(error))
+                await _refuse(websocket, self.served.factory_refusal(error))
                 return
 
             async def close_socket(code: int, reason: str) -> None:
@@ -169,7 +112,7 @@ class SessionHandler:
             features = Features.parse(websocket.headers.get(FEATURES_HEADER, ""),
                                       websocket.scope.get("query_string", b""))
             extensions = websocket.scope.get("extensions") or {}
-            answer_inline = extensions.get(INLINE_FRAMES) if direct and self.inline_factory else None
+            answer_inline = extensions.get(INLINE_FRAMES) if direct and self.served.inline_factory else None
             if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
                 inline = answer_inline(self, session, features)
             while session.ended is None:
@@ -250,83 +193,6 @@ class SessionHandler:
         return Refusal("session", error_frame(ErrorCode.SESSION_UNAVAILABLE, message), CloseCode.SESSION_UNAVAILABLE,
                        "session unavailable", message)
 
-    # -- parts shared with the HTTP surfaces -----------------------------------------------------
-
-    async def open_detached(self, session_id: str | None = None) -> Session:
-        """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.
-
-        The session gives its slot back when it ends (explicitly, by the idle reaper or at shutdown).
-        `session_id`: an id the surface's client chose (default: a fresh one); the caller makes sure no
-        open session has it.
-
-        The session counts against the per-client limit of the request's client (`current_client`).
-
-        Raises:
-            SessionRefused: at capacity, over the client's share, during shutdown, or when the environment could
-                not be built.
-        """
-        pool = self.pool
-        client = current_client.get() if pool.max_sessions_per_client is not None else None
-        if client is not None and not pool.hold_client(client):
-            raise SessionRefused(self.client_refusal(client))
-        try:
-            if not pool.try_reserve() and not await pool.wait_for_slot():
-                raise SessionRefused(self.refusal())
-            try:
-                env = self.build() if self.inline_factory else await pool.run_in_worker(self.build)
-            except BaseException as error:
-                pool.release()
-                if isinstance(error, Exception):
-                    raise SessionRefused(self.factory_refusal(error)) from error
-                raise
-        except BaseException:
-            if client is not None:
-                pool.drop_client(client)
-            raise
-        session = Session(pool, env, None, session_id=session_id, owns_slot=True, client=client)
-        pool.add(session)
-        return session
-
-    def build(self) -> Environment:
-        """A fresh environment for a new session (call on a worker unless `inline_factory`)."""
-        return self.factory()
-
-    def refusal(self) -> Refusal:
-        """Why a connection that found no free slot is refused: shutdown or capacity."""
-        pool = self.pool
-        if pool.shutting_down:
-            pool.metrics.refused("shutdown")
-            message = "server is shutting down; connect to another server"
-            return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
-                                                   max_sessions=pool.max_sessions),
-                           CloseCode.SHUTDOWN, "server shutting down", message)
-        active = pool.active_everywhere
-        message = (f"server at capacity: {active}/{pool.max_sessions} sessions open; "
-                   "retry later or start the server with a higher --max-concurrent-envs")
-        pool.metrics.refused("capacity", message)
-        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
-                                               max_sessions=pool.max_sessions),
-                       CloseCode.CAPACITY, "server at capacity", message)
-
-    def client_refusal(self, client: str) -> Refusal:
-        """The refusal of a connection from a client that already holds its share of sessions."""
-        pool = self.pool
-        limit = pool.max_sessions_per_client
-        message = (f"per-client limit reached: {client} already holds {pool.sessions_of(client)} of the {limit} "
-                   f"sessions one client address may open (--max-sessions-per-client {limit}); close one first")
-        pool.metrics.refused("client_limit", message)
-        return Refusal("client_limit", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
-                                                   max_sessions=pool.max_sessions, max_sessions_per_client=limit),
-                       CloseCode.CAPACITY, "per-client session limit reached", message)
-
-    def factory_refusal(self, error: Exception) -> Refusal:
-        """The refusal of a connection whose environment could not be built (logs the traceback)."""
-        logger.error("environment factory failed", exc_info=error)
-        self.pool.metrics.refused("factory", log=False)
-        message = f"could not create the environment: {type(error).__name__}: {error}"
-        return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR, message), CloseCode.INTERNAL_ERROR,
-                       "environment factory failed", message)
-
     async def handle(self, session: Session, raw: str | bytes, *, features: Features) -> str | None:
         """`answer`, with the bookkeeping the idle reaper reads (busy while answering, last activity)."""
         session.busy = True
@@ -347,18 +213,18 @@ class SessionHandler:
         kind = "invalid"
         try:
             size = len(raw) if isinstance(raw, bytes) or raw.isascii() else len(raw.encode())   # the limit is in bytes
-            if size > self.max_message_bytes:
+            if size > self.served.max_message_bytes:
                 raise FrameError(ErrorCode.MESSAGE_TOO_BIG, f"message of {size} bytes exceeds the server's limit of "
-                                 f"{self.max_message_bytes} bytes; send smaller actions")
+                                 f"{self.served.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
-                observation = self._checked(await session.step(self._action(session, data)), "step")
+                observation = self._checked(await session.step(self.served.action(session, data)), "step")
                 return observation_frame(observation, with_text=features.text,
                                          metrics=self._metrics(session, features) if features.metrics else None)
             if kind == "call":
                 return await self._call(session, data, features)
             if kind == "reset":
-                observation = self._checked(await session.reset(self.reset_kwargs(data)), "reset")
+                observation = self._checked(await session.reset(self.served.reset_kwargs(data)), "reset")
                 return observation_frame(observation, with_text=features.text, metrics=self._metrics(session, features))
             if kind == "state":
                 return state_frame(await session.state())
@@ -387,38 +253,9 @@ class SessionHandler:
         metrics.bad_client_input(code.lower(), message)
         return error_frame(code, message, **details)
 
-    def _action(self, session: Session, data: Any) -> Action:
-        if not session.may_step:
-            raise FrameError(ErrorCode.NOT_RESET, 'step before reset: send {"type": "reset"} to start an episode first')
-        if not isinstance(data, dict):
-            raise FrameError(ErrorCode.VALIDATION_ERROR,
-                             f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
-        return self._validate_action(data)
-
-    def reset_kwargs(self, data: Any) -> dict[str, Any]:
-        """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
-        once); raises `FrameError` when `data` is not a JSON object."""
-        if data is None:
-            return {}
-        if not isinstance(data, dict):
-            raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
-        if self.reset_names is None:
-            if self.reset_bound_name not in data:
-                return data
-            ignored = frozenset((self.reset_bound_name,))
-        else:
-            ignored = frozenset(data) - self.reset_names
-        if ignored and ignored not in self._ignored_reset_names:
-            self._ignored_reset_names.add(ignored)
-            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
-                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
-            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
-                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
-        return {key: value for key, value in data.items() if key not in ignored}
-
     def _metrics(self, session: Session, features: Features) -> dict[str, Any] | None:
         """The episode metrics for a client that asked for them, from an environment that declares some."""
-        if not (features.metrics and self.has_metrics):
+        if not (features.metrics and self.served.has_metrics):
             return None
         return dict(session.env.episode_metrics())
 
@@ -426,9 +263,9 @@ class SessionHandler:
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              'Invalid call: expected {"type": "call", "data": {"tool": name, "args": {...}}}')
-        spec = self.tools.get(data["tool"])
+        spec = self.served.tools.get(data["tool"])
         if spec is None:
-            known = ", ".join(sorted(self.tools)) or "none"
+            known = ", ".join(sorted(self.served.tools)) or "none"
             raise FrameError(ErrorCode.UNKNOWN_TOOL, f"Unknown tool: {data['tool']}; this environment's tools: {known}")
         if not session.may_step:
             raise FrameError(ErrorCode.NOT_RESET, 'tool call before reset: send {"type": "reset"} first')
@@ -449,12 +286,3 @@ async def _refuse(websocket: WebSocket, refusal: Refusal) -> None:
     await websocket.accept(headers=[(REFUSED_HEADER.encode(), refusal.kind.encode())])
     await websocket.send_text(refusal.frame)
     await websocket.close(refusal.code, refusal.reason)
-
-
-def summarise_validation_error(error: ValidationError) -> str:
-    """A validation error in one line: `where: what` for each problem."""
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"]) or "(root)"
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)

@@ -17,7 +17,7 @@ from uvicorn.server import ServerState
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
-from ..surfaces.http_exchange import Exchange, ExchangeEndpoint
+from ..core.http_exchange import Exchange, ExchangeEndpoint
 from ..surfaces.ws import INLINE_FRAMES
 from .uvicorn_protocols import FastPaths
 from .ws_frames import PING, PONG, TEXT, FrameReader, between_frames, frame_size_limit, server_frame

@@ -33,7 +33,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from ..core.inline_answers import Resumed
-from ..surfaces.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_head_lines
+from ..core.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_head_lines
 
 __all__ = ["AnsweredAtOnce", "ExchangeAtOnce"]
 

@@ -15,11 +15,10 @@ import logging
 from collections import OrderedDict
 from typing import Any, Coroutine
 
+from ...core.served_env import ServedEnv
 from ...core.sessions import Session, new_session_id
-from ...environment import Environment
 from ...protocol import CloseCode, to_json
-from ..http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
-from ..ws import SessionHandler
+from ...core.http_exchange import EVENT_STREAM, JSON, BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
 from .episodes import Episodes
 from .jsonrpc import (INTERNAL_ERROR, INVALID_REQUEST, Message, RpcError, error_response, parse_message,
                       result_response)
@@ -41,11 +40,11 @@ class McpEndpoint(ExchangeEndpoint):
     #: MCP sessions remembered at once (each is a set of episode ids); the least recently used is forgotten.
     MAX_MCP_SESSIONS = 10_000
 
-    def __init__(self, handler: SessionHandler, env_class: type[Environment], name: str, description: str) -> None:
-        self.episodes = Episodes(handler)
+    def __init__(self, served: ServedEnv, name: str, description: str) -> None:
+        self.episodes = Episodes(served)
         self.openenv = OpenEnvDialect(self.episodes)
-        self.standard = StandardDialect(self.episodes, env_class, name, description)
-        self.max_body_bytes = handler.max_message_bytes
+        self.standard = StandardDialect(self.episodes, served.env_class, name, description)
+        self.max_body_bytes = served.max_message_bytes
         self._mcp_sessions: OrderedDict[str, set[str]] = OrderedDict()
 
     def answer(self, exchange: Exchange) -> Coroutine[Any, Any, None]:

@@ -1,7 +1,7 @@
 """What both `/mcp` dialects do with sessions: open one from the pool, find one (or say why it is gone),
 reset it and call its tools, one request at a time per session.
 
-Every session here is a detached session of the one pool (`SessionHandler.open_detached`): it holds a
+Every session here is a detached session of the one pool (`ServedEnv.open_detached`): it holds a
 slot, is refused at capacity, reaped when idle and ended at shutdown exactly as a `/ws` session is.
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ...core.served_env import ServedEnv, SessionRefused, summarise_validation_error
 from ...core.sessions import Session
 from ...environment import Observation
 from ...protocol import CloseCode, observation_payload, tool_result_text
 from ...tools import ToolSpec
-from ..ws import SessionHandler, SessionRefused, summarise_validation_error
 from .jsonrpc import INVALID_PARAMS, SERVER_ERROR, SESSION_GONE, RpcError
 
 __all__ = ["Episodes", "ToolOutcome", "ToolFailed"]
@@ -45,15 +45,15 @@ class ToolFailed(Exception):
 class Episodes:
     """Sessions of the pool as `/mcp` uses them."""
 
-    def __init__(self, handler: SessionHandler) -> None:
-        self.handler = handler
-        self.pool = handler.pool
-        self.tools: dict[str, ToolSpec] = handler.tools
+    def __init__(self, served: ServedEnv) -> None:
+        self.served = served
+        self.pool = served.pool
+        self.tools: dict[str, ToolSpec] = served.tools
 
     async def open(self) -> Session:
         """A new session holding a slot; raises `RpcError` (SERVER_ERROR) saying why none could be opened."""
         try:
-            return await self.handler.open_detached()
+            return await self.served.open_detached()
         except SessionRefused as refused:
             refusal = refused.refusal
             raise RpcError(SERVER_ERROR, refusal.message, {"reason": refusal.kind, "active_sessions": self.pool.active,
@@ -82,7 +82,7 @@ class Episodes:
         async with session.in_use():
             self._check_open(session)
             try:
-                observation = await session.reset(self.handler.reset_kwargs(kwargs))
+                observation = await session.reset(self.served.reset_kwargs(kwargs))
             except Exception as error:
                 session.pool.metrics.environment_raised(session.id, error)
                 raise ToolFailed(f"reset failed: {type(error).__name__}: {error}") from error

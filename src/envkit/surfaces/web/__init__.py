@@ -29,7 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from ...environment import Environment
 from ...errors import ToolDefinitionError
 from ...tools import json_schema_for, parse_google_docstring
-from ..ws import reset_method
+from ...core.served_env import reset_method
 
 __all__ = ["WEB_PATH", "mount_web", "reset_schema"]
 

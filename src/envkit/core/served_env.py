@@ -1,0 +1,208 @@
+"""The served environment as every surface needs it: its factory and tools, actions and reset arguments checked,
+sessions opened from the one pool, and the refusals when none can be.
+
+`ServedEnv` is what a surface is given (`/ws`, `/mcp`, ORS, `/web` and any new one); a surface never imports
+another surface.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Callable, NamedTuple
+
+from pydantic import ValidationError
+
+from ..environment import Action, Environment
+from ..model_codec import validator_for
+from ..protocol import CloseCode, ErrorCode, FrameError, error_frame
+from ..tools import ToolSpec
+from .access import AccessPolicy
+from .sessions import Session, SessionPool, current_client
+
+__all__ = ["ServedEnv", "Refusal", "SessionRefused", "reset_method", "summarise_validation_error"]
+
+logger = logging.getLogger("envkit.server")
+
+
+class Refusal(NamedTuple):
+    """A session that could not be opened: handshake header value, the one error frame, then the close.
+
+    `message` is the error frame's message, for surfaces that answer without frames (`/mcp`, ORS).
+    """
+
+    kind: str
+    frame: str
+    code: int
+    reason: str
+    message: str
+
+
+class SessionRefused(Exception):
+    """No session could be opened (capacity, shutdown, a failing factory); `refusal` says why."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
+def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
+    """The method that serves `reset`: `reset_async` when the class overrides it, else `reset`."""
+    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
+
+
+def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
+    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
+    name of its bound first parameter (`self`), which no keyword can reach."""
+    parameters = list(inspect.signature(reset_method(env_class)).parameters.values())
+    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
+    names = set()
+    for param in parameters[1:]:
+        if param.kind is param.VAR_KEYWORD:
+            return None, bound
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    return frozenset(names), bound
+
+
+def summarise_validation_error(error: ValidationError) -> str:
+    """A validation error in one line: `where: what` for each problem."""
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "(root)"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+class ServedEnv:
+    """One environment class served over one pool: what each surface opens its sessions through."""
+
+    def __init__(self, factory: Callable[[], Environment], env_class: type[Environment], action_cls: type[Action],
+                 tools: dict[str, ToolSpec], pool: SessionPool, max_message_bytes: int,
+                 access: AccessPolicy | None = None) -> None:
+        self.factory = factory
+        self.env_class = env_class
+        #: Finds the client address that per-client limits count by.
+        self.access = access or AccessPolicy()
+        self.action_cls = action_cls
+        self.validate_action: Callable[[Any], Action] = validator_for(action_cls)
+        self.tools = tools
+        self.pool = pool
+        self.max_message_bytes = max_message_bytes
+        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
+        self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
+        self.inline_factory = env_class.RUN_INLINE
+        self.has_metrics = bool(env_class.METRICS)
+
+    def build(self) -> Environment:
+        """A fresh environment for a new session (call on a worker unless `inline_factory`)."""
+        return self.factory()
+
+    async def build_for_session(self) -> Environment:
+        """`build`, on a worker thread unless the class runs inline."""
+        return self.build() if self.inline_factory else await self.pool.run_in_worker(self.build)
+
+    async def open_detached(self, session_id: str | None = None) -> Session:
+        """Open a session that no connection holds (HTTP surfaces): a slot, a fresh environment, registered.
+
+        The session gives its slot back when it ends (explicitly, by the idle reaper or at shutdown).
+        `session_id`: an id the surface's client chose (default: a fresh one); the caller makes sure no
+        open session has it. The session counts against the per-client limit of the request's client
+        (`current_client`).
+
+        Raises:
+            SessionRefused: at capacity, over the client's share, during shutdown, or when the environment could
+                not be built.
+        """
+        pool = self.pool
+        client = current_client.get() if pool.max_sessions_per_client is not None else None
+        if client is not None and not pool.hold_client(client):
+            raise SessionRefused(self.client_refusal(client))
+        try:
+            if not pool.try_reserve() and not await pool.wait_for_slot():
+                raise SessionRefused(self.refusal())
+            try:
+                env = await self.build_for_session()
+            except BaseException as error:
+                pool.release()
+                if isinstance(error, Exception):
+                    raise SessionRefused(self.factory_refusal(error)) from error
+                raise
+        except BaseException:
+            if client is not None:
+                pool.drop_client(client)
+            raise
+        session = Session(pool, env, None, session_id=session_id, owns_slot=True, client=client)
+        pool.add(session)
+        return session
+
+    # -- refusals ---------------------------------------------------------------------------------
+
+    def refusal(self) -> Refusal:
+        """Why a session that found no free slot is refused: shutdown or capacity."""
+        pool = self.pool
+        if pool.shutting_down:
+            pool.metrics.refused("shutdown")
+            message = "server is shutting down; connect to another server"
+            return Refusal("shutdown", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                                   max_sessions=pool.max_sessions),
+                           CloseCode.SHUTDOWN, "server shutting down", message)
+        active = pool.active_everywhere
+        message = (f"server at capacity: {active}/{pool.max_sessions} sessions open; "
+                   "retry later or start the server with a higher --max-concurrent-envs")
+        pool.metrics.refused("capacity", message)
+        return Refusal("capacity", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=active,
+                                               max_sessions=pool.max_sessions),
+                       CloseCode.CAPACITY, "server at capacity", message)
+
+    def client_refusal(self, client: str) -> Refusal:
+        """The refusal of a session for a client that already holds its share of sessions."""
+        pool = self.pool
+        limit = pool.max_sessions_per_client
+        message = (f"per-client limit reached: {client} already holds {pool.sessions_of(client)} of the {limit} "
+                   f"sessions one client address may open (--max-sessions-per-client {limit}); close one first")
+        pool.metrics.refused("client_limit", message)
+        return Refusal("client_limit", error_frame(ErrorCode.CAPACITY_REACHED, message, active_sessions=pool.active,
+                                                   max_sessions=pool.max_sessions, max_sessions_per_client=limit),
+                       CloseCode.CAPACITY, "per-client session limit reached", message)
+
+    def factory_refusal(self, error: Exception) -> Refusal:
+        """The refusal of a session whose environment could not be built (logs the traceback)."""
+        logger.error("environment factory failed", exc_info=error)
+        self.pool.metrics.refused("factory", log=False)
+        message = f"could not create the environment: {type(error).__name__}: {error}"
+        return Refusal("factory", error_frame(ErrorCode.FACTORY_ERROR, message), CloseCode.INTERNAL_ERROR,
+                       "environment factory failed", message)
+
+    # -- what a request carries -------------------------------------------------------------------
+
+    def action(self, session: Session, data: Any) -> Action:
+        """`data` as the environment's action for a step of `session`; raises `FrameError` (not reset, not a JSON
+        object) or pydantic's `ValidationError`."""
+        if not session.may_step:
+            raise FrameError(ErrorCode.NOT_RESET, 'step before reset: send {"type": "reset"} to start an episode first')
+        if not isinstance(data, dict):
+            raise FrameError(ErrorCode.VALIDATION_ERROR,
+                             f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
+        return self.validate_action(data)
+
+    def reset_kwargs(self, data: Any) -> dict[str, Any]:
+        """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
+        once); raises `FrameError` when `data` is not a JSON object."""
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
+        if self.reset_names is None:
+            if self.reset_bound_name not in data:
+                return data
+            ignored = frozenset((self.reset_bound_name,))
+        else:
+            ignored = frozenset(data) - self.reset_names
+        if ignored and ignored not in self._ignored_reset_names:
+            self._ignored_reset_names.add(ignored)
+            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
+                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
+            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
+                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
+        return {key: value for key, value in data.items() if key not in ignored}
