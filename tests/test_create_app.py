@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pytest
@@ -14,6 +15,7 @@ from sample_envs import (
 )
 
 from envkit import ConfigurationError, EnvClient, EnvError, Environment, ToolDefinitionError, create_app, tool
+from envkit.app.settings import ServerSettings
 from envkit.testing import running_server
 from envkit.tools import parse_google_docstring, tool_specs
 
@@ -27,15 +29,49 @@ def test_concurrency_above_one_needs_the_declaration_and_builds_nothing() -> Non
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"max_concurrent_envs": 0}, "at least 1"),
-    ({"session_timeout_s": 0}, "positive"),
-    ({"capacity_wait_s": -1}, "0 or more seconds"),
-    ({"ping_interval_s": 0}, "ping_interval_s must be positive or None"),
-    ({"ping_timeout_s": 0}, "ping_timeout_s positive"),
+    ({"max_concurrent_envs": 0}, "max_concurrent_envs must be at least 1, got 0"),
+    ({"max_concurrent_envs": "4"}, "max_concurrent_envs must be an integer, got '4'"),
+    ({"session_timeout_s": 0}, "session_timeout_s must be positive or None, got 0"),
+    ({"capacity_wait_s": -1}, "capacity_wait_s must be at least 0, got -1"),
+    ({"ping_interval_s": 0}, "ping_interval_s must be positive or None, got 0"),
+    ({"ping_timeout_s": 0}, "ping_timeout_s must be positive, got 0"),
+    ({"max_workers": 0}, "max_workers must be at least 1 or None, got 0"),
+    ({"max_message_bytes": True}, "max_message_bytes must be an integer, got True"),
+    ({"max_sessions_per_client": 0}, "max_sessions_per_client must be at least 1 or None, got 0"),
+    ({"allowed_origins": "https://a.example"}, "allowed_origins must be a list of strings, got 'https://a.example'"),
+    ({"max_sessions": 4}, "unknown server setting max_sessions; the settings are max_concurrent_envs, "),
 ])
 def test_bad_settings(settings: dict, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    """Each bad setting is one line naming it, whether it comes as a keyword or in a `ServerSettings`."""
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as raised:
         create_app(CounterEnvironment, CounterAction, CounterObservation, **settings)
+    assert "\n" not in str(raised.value)
+    if "unknown" not in message:
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            ServerSettings(**settings)
+
+
+def test_settings_come_from_the_caller_then_the_environment_then_the_defaults() -> None:
+    environ = {"MAX_CONCURRENT_ENVS": "8", "SESSION_TIMEOUT_S": "30", "ENVKIT_API_KEY": " key ",
+               "FORWARDED_ALLOW_IPS": "10.0.0.1, 10.0.0.2"}
+    settings = ServerSettings.from_environment(environ, session_timeout_s=5.0)
+    assert (settings.max_concurrent_envs, settings.session_timeout_s, settings.api_keys,
+            settings.forwarded_allow_ips) == (8, 5.0, ("key",), ("10.0.0.1", "10.0.0.2"))
+    assert ServerSettings.from_environment({}, concurrent=True) == ServerSettings(max_concurrent_envs=64)
+    assert ServerSettings.from_environment({"SPACE_ID": "me/env"}).forwarded_allow_ips == ("private",)
+    assert ServerSettings.from_environment({"MY_KEY": "k"}, api_key_variable="MY_KEY").api_keys == ("k",)
+    with pytest.raises(ConfigurationError, match="environment variable MAX_CONCURRENT_ENVS='lots' is not a number"):
+        ServerSettings.from_environment({"MAX_CONCURRENT_ENVS": "lots"})
+    with pytest.raises(ConfigurationError, match="environment variable MY_KEY is not set or empty"):
+        ServerSettings.from_environment({}, api_key_variable="MY_KEY")
+
+
+def test_an_app_takes_a_settings_object_and_changes_to_it() -> None:
+    settings = ServerSettings(max_concurrent_envs=3, session_timeout_s=None)
+    app = create_app(CounterEnvironment, CounterAction, CounterObservation, settings=settings, capacity_wait_s=0)
+    pool = app.state.envkit_pool
+    assert app.settings == ServerSettings(max_concurrent_envs=3, session_timeout_s=None, capacity_wait_s=0)
+    assert (pool.max_sessions, pool.idle_timeout_s) == (3, None)
 
 
 def test_models_must_be_envkit_models() -> None:

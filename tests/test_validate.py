@@ -20,7 +20,7 @@ from envkit.app.targets import bundled_envs
 from envkit.testing import ServedProcess, running_server
 from envkit.publish.validate import Report, example_from_schema, validate_folder, validate_url
 
-BUNDLED = [name for name in ("echo", "wordle", "catch") if name in bundled_envs()]
+BUNDLED = sorted(bundled_envs())
 _names = itertools.count()
 
 
@@ -106,7 +106,8 @@ MISTAKES = [
      "argument `number` is not described; add `number: ...` under `Args:`"),
     ("PKG/environment.py", "number: The guess, a whole number between 1 and 100.", "number:", "tools",
      "argument `number` of tool `guess` has an empty description"),
-    ("PKG/server.py", 'env_name="', 'no_such_option=1, env_name="', "server app", "TypeError"),
+    ("PKG/server.py", 'env_name="', 'no_such_option=1, env_name="', "server app",
+     "unknown server setting no_such_option"),
     ("Dockerfile", "HOST=0.0.0.0", "MAX_CONCURRENT_ENVS=0 HOST=0.0.0.0", "server limits",
      "max_concurrent_envs must be at least 1, got 0 (with the Dockerfile's ENV)"),
     ("Dockerfile", "RUN pip install wheels/*.whl .", "RUN pip install envkit .", "dockerfile",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import typing
 from typing import Any, AsyncIterator, Callable, Iterable
 
@@ -18,7 +17,6 @@ from ..core.sessions import SessionPool, current_client
 from ..environment import Action, Environment, Observation
 from ..episode_metrics import check_metrics
 from ..errors import ConfigurationError
-from ..protocol import API_KEY_ENV
 from ..surfaces.documents import Documents, build_router
 from ..core.http_exchange import ExchangeEndpoint, RawHeaders, respond
 from ..surfaces.mcp import McpEndpoint
@@ -26,11 +24,11 @@ from ..surfaces.ors import OrsSurface
 from ..surfaces.web import mount_web
 from ..surfaces.ws import SessionHandler
 from ..tools import tool_specs
+from .settings import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
 
-__all__ = ["create_app", "EnvkitApp", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES", "HANDSHAKE_TIMEOUT_S"]
+__all__ = ["create_app", "EnvkitApp", "ServerSettings", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_FRAME_BYTES",
+           "HANDSHAKE_TIMEOUT_S"]
 
-
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: The transport's own frame limit: larger frames close the connection (1009) instead of getting an error frame.
 MAX_FRAME_BYTES = max(16 << 20, DEFAULT_MAX_MESSAGE_BYTES * 4)
 #: Seconds a connection may take to send its request head (the WebSocket handshake).
@@ -44,19 +42,9 @@ def create_app(
     *,
     env_name: str | None = None,
     env_class: type[Environment] | None = None,
-    max_concurrent_envs: int = 1,
-    session_timeout_s: float | None = 300.0,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    max_workers: int | None = None,
-    capacity_wait_s: float = 1.0,
-    ping_interval_s: float | None = 20.0,
-    ping_timeout_s: float = 20.0,
     metadata: dict[str, Any] | None = None,
-    api_keys: Iterable[str] | None = None,
-    allowed_origins: Iterable[str] = (),
-    allowed_hosts: Iterable[str] | None = None,
-    forwarded_allow_ips: Iterable[str] = (),
-    max_sessions_per_client: int | None = None,
+    settings: ServerSettings | None = None,
+    **setting_values: Any,
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
 
@@ -68,24 +56,9 @@ def create_app(
         observation_cls: the `Observation` model, published at `/schema`.
         env_name: name shown at `/metadata`; defaults to the class name.
         env_class: the class a factory builds, when `env` is not a class and has no return annotation.
-        max_concurrent_envs: sessions open at once; above 1 needs `SUPPORTS_CONCURRENT_SESSIONS`.
-        session_timeout_s: close sessions idle this long (None: never).
-        max_message_bytes: larger client frames get a `MESSAGE_TOO_BIG` error.
-        max_workers: threads for synchronous environment code (bounded; default min(32, sessions)).
-        capacity_wait_s: a connection that finds every slot taken waits this long for one that a closing
-            session gives back before it is refused (0: refuse at once).
-        ping_interval_s: the server pings a client after this many seconds (None: never); a client that
-            does not answer within `ping_timeout_s` is gone (a cut network, a dead host) and its session ends,
-            freeing the slot well before `session_timeout_s`.
-        ping_timeout_s: seconds to wait for the pong.
         metadata: extra fields for `/metadata`.
-        api_keys: keys required on every route but `/health` (`X-API-Key` or `Authorization: Bearer`); None: the
-            key in `$ENVKIT_API_KEY` if set, else none; `[]`: no key even if that variable is set.
-        allowed_origins: origins whose browser pages may connect besides the server's own (`*`: any).
-        allowed_hosts: `Host` names served (DNS-rebinding protection); None: loopback names when the server binds
-            to a loopback address, any otherwise.
-        forwarded_allow_ips: proxies (IPs, networks, `private`, `*`) whose `X-Forwarded-For` names the client.
-        max_sessions_per_client: sessions one client address may hold at once (None: no limit).
+        settings: the server's `ServerSettings` (default: the defaults, with `api_keys` from `$ENVKIT_API_KEY`).
+        **setting_values: fields of `ServerSettings` to change (`max_concurrent_envs=64`, `api_keys=[...]`, ...).
 
     Besides `/ws` and the HTTP documents, the app serves a page at `/web` to play the environment
     and replay transcripts in a browser (`/` redirects there; see `envkit.surfaces.web`).
@@ -95,15 +68,12 @@ def create_app(
         ToolDefinitionError: a `@tool` method that cannot be described to a model.
     """
     env_class = env_class or _environment_class(env)
-    if max_concurrent_envs < 1:
-        raise ConfigurationError(f"max_concurrent_envs must be at least 1, got {max_concurrent_envs}")
-    if max_concurrent_envs > 1 and not env_class.SUPPORTS_CONCURRENT_SESSIONS:
+    settings = ServerSettings.of(settings or ServerSettings.default(), **setting_values)
+    if settings.max_concurrent_envs > 1 and not env_class.SUPPORTS_CONCURRENT_SESSIONS:
         raise ConfigurationError(
             f"{env_class.__qualname__} does not declare SUPPORTS_CONCURRENT_SESSIONS = True, so it cannot serve "
-            f"{max_concurrent_envs} sessions at once; set it on the class if instances share no state, "
+            f"{settings.max_concurrent_envs} sessions at once; set it on the class if instances share no state, "
             "or use max_concurrent_envs=1")
-    if session_timeout_s is not None and session_timeout_s <= 0:
-        raise ConfigurationError(f"session_timeout_s must be positive or None, got {session_timeout_s}")
     if not (isinstance(action_cls, type) and issubclass(action_cls, Action)):
         raise ConfigurationError(f"action_cls must be an envkit Action subclass, got {action_cls!r}")
     if not (isinstance(observation_cls, type) and issubclass(observation_cls, Observation)):
@@ -111,20 +81,13 @@ def create_app(
 
     tools = tool_specs(env_class)
     check_metrics(env_class.METRICS, env_class.__qualname__)
-    if capacity_wait_s < 0:
-        raise ConfigurationError(f"capacity_wait_s must be 0 or more seconds, got {capacity_wait_s}")
-    if (ping_interval_s is not None and ping_interval_s <= 0) or ping_timeout_s <= 0:
-        raise ConfigurationError(f"ping_interval_s must be positive or None and ping_timeout_s positive, got "
-                                 f"{ping_interval_s} and {ping_timeout_s}")
-    if max_sessions_per_client is not None and max_sessions_per_client < 1:
-        raise ConfigurationError(f"max_sessions_per_client must be at least 1 or None, got {max_sessions_per_client}")
-    if api_keys is None:
-        api_keys = [os.environ[API_KEY_ENV].strip()] if os.environ.get(API_KEY_ENV, "").strip() else []
-    access = AccessPolicy(api_keys, allowed_origins, allowed_hosts, forwarded_allow_ips)
+    access = AccessPolicy(settings.api_keys, settings.allowed_origins, settings.allowed_hosts,
+                          settings.forwarded_allow_ips)
     metrics = ServerMetrics()
-    pool = SessionPool(max_concurrent_envs, session_timeout_s, max_workers, capacity_wait_s, ping_interval_s,
-                       ping_timeout_s, metrics, max_sessions_per_client)
-    served = ServedEnv(env, env_class, action_cls, tools, pool, max_message_bytes, access)
+    pool = SessionPool(settings.max_concurrent_envs, settings.session_timeout_s, settings.max_workers,
+                       settings.capacity_wait_s, settings.ping_interval_s, settings.ping_timeout_s, metrics,
+                       settings.max_sessions_per_client)
+    served = ServedEnv(env, env_class, action_cls, tools, pool, settings.max_message_bytes, access)
     handler = SessionHandler(served)
 
     @contextlib.asynccontextmanager
@@ -136,6 +99,7 @@ def create_app(
     documents = Documents.describe(name, env_class, action_cls, observation_cls, tools, pool, metadata or {}, access)
     app = EnvkitApp(title=f"{name} (envkit)", lifespan=lifespan)
     app.access = access
+    app.settings = settings
     app.served = served
     app.session_handler = handler
     app.documents = documents
@@ -167,6 +131,8 @@ class EnvkitApp(FastAPI):
     its yes: it asks `surface_at_once` and answers them with no ASGI cycle at all (`uvicorn_protocols`).
     """
 
+    #: The settings the app was built with.
+    settings: ServerSettings | None = None
     #: The environment as every surface serves it (`envkit.core.served_env`).
     served: ServedEnv | None = None
     session_handler: SessionHandler | None = None

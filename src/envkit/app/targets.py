@@ -29,6 +29,7 @@ from typing import Any
 
 from ..environment import Action, Environment, Observation
 from ..errors import ConfigurationError
+from .settings import ServerSettings
 
 __all__ = ["EnvTarget", "resolve_target", "bundled_envs", "app_from_environment", "environment_models"]
 
@@ -76,25 +77,16 @@ def environment_models(env_class: type[Environment]) -> tuple[type[Action], type
                              "`class MyEnv(Environment[MyAction, MyObservation, State])`")
 
 
-def app_from_environment(env_class: type[Environment], *, env_name: str | None = None, **settings: Any) -> Any:
-    """`create_app` for a class, with limits from `MAX_CONCURRENT_ENVS` / `SESSION_TIMEOUT_S` unless given."""
+def app_from_environment(env_class: type[Environment], *, env_name: str | None = None,
+                         settings: ServerSettings | None = None, **setting_values: Any) -> Any:
+    """`create_app` for a class, with `settings` (default: from the environment variables,
+    `ServerSettings.from_environment`) changed by `setting_values`."""
     from .asgi import create_app
 
     action_cls, observation_cls = environment_models(env_class)
-    default_max = 64 if env_class.SUPPORTS_CONCURRENT_SESSIONS else 1
-    settings.setdefault("max_concurrent_envs", _env_number("MAX_CONCURRENT_ENVS", default_max, int))
-    settings.setdefault("session_timeout_s", _env_number("SESSION_TIMEOUT_S", 300.0, float))
-    return create_app(env_class, action_cls, observation_cls, env_name=env_name, **settings)
-
-
-def _env_number(name: str, default: Any, kind: type) -> Any:
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigurationError(f"environment variable {name}={raw!r} is not a number") from None
+    settings = settings or ServerSettings.from_environment(concurrent=env_class.SUPPORTS_CONCURRENT_SESSIONS)
+    return create_app(env_class, action_cls, observation_cls, env_name=env_name,
+                      settings=ServerSettings.of(settings, **setting_values))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

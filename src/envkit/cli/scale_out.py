@@ -14,7 +14,12 @@ from typing import Any, Callable
 
 import click
 
+from ..app.settings import ServerSettings
+
 __all__ = ["ScaleOut", "scale_out_options"]
+
+#: Servers `--ray` runs without `--replicas`, and the CPUs Ray reserves for each without `--num-cpus`.
+DEFAULT_REPLICAS, DEFAULT_NUM_CPUS = 2, 1.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class ScaleOut:
             raise click.UsageError("--workers runs servers on this machine and --ray on a Ray cluster; pass one "
                                    "(for more processes on the cluster, raise --replicas)")
 
-    def serve(self, target: str, resolved: Any, settings: dict[str, Any], host: str, port: int,
+    def serve(self, target: str, resolved: Any, settings: ServerSettings, host: str, port: int,
               log_level: str) -> None:
         """Serve as the flags say until SIGINT/SIGTERM; exits non-zero when the servers cannot start."""
         if self.ray_address is not None:
@@ -49,11 +54,11 @@ class ScaleOut:
         else:
             self._serve_workers(resolved, settings, host, port, log_level)
 
-    def _serve_workers(self, resolved: Any, settings: dict[str, Any], host: str, port: int, log_level: str) -> None:
+    def _serve_workers(self, resolved: Any, settings: ServerSettings, host: str, port: int, log_level: str) -> None:
         from ..app.targets import app_from_environment
         from ..scale.workers import serve_workers
 
-        make_app = functools.partial(app_from_environment, resolved.env_class, env_name=resolved.name, **settings)
+        make_app = functools.partial(app_from_environment, resolved.env_class, env_name=resolved.name, settings=settings)
 
         def announce(bound_port: int, board: Any) -> None:
             shares = "/".join(str(share) for share in board.shares)
@@ -68,7 +73,7 @@ class ScaleOut:
         if code:
             raise click.ClickException("the workers did not start; see the log above")
 
-    def _serve_on_ray(self, target: str, settings: dict[str, Any], host: str, port: int, log_level: str) -> None:
+    def _serve_on_ray(self, target: str, settings: ServerSettings, host: str, port: int, log_level: str) -> None:
         try:
             from ..scale.ray_serve import RayServeError, serve_on_ray
         except ImportError as error:
@@ -76,8 +81,8 @@ class ScaleOut:
         if Path(target).exists():   # an env folder: the replicas find it by absolute path
             target = str(Path(target).resolve())
         try:
-            serve_on_ray(target, settings, address=self.ray_address or None, replicas=self.replicas or 2,
-                         num_cpus=self.num_cpus if self.num_cpus is not None else 1.0,
+            serve_on_ray(target, settings, address=self.ray_address or None, replicas=self.replicas or DEFAULT_REPLICAS,
+                         num_cpus=self.num_cpus if self.num_cpus is not None else DEFAULT_NUM_CPUS,
                          max_restarts=self.max_restarts, host=host, port=port, log_level=log_level,
                          say=click.echo)
         except RayServeError as error:
@@ -102,9 +107,9 @@ def scale_out_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "Ray finds or starts); --host/--port are then the registry's, which lists the live "
                           "servers at /replicas; each server has --max-concurrent-envs. Needs envkit[ray]."),
         click.option("--replicas", type=click.IntRange(min=1), default=None,
-                     help="With --ray: envkit servers to run, spread over the cluster's nodes. [default: 2]"),
+                     help=f"With --ray: envkit servers to run, spread over the cluster's nodes. [default: {DEFAULT_REPLICAS}]"),
         click.option("--num-cpus", type=click.FloatRange(min=0), default=None,
-                     help="With --ray: CPUs Ray reserves for each server. [default: 1]"),
+                     help=f"With --ray: CPUs Ray reserves for each server. [default: {DEFAULT_NUM_CPUS:g}]"),
         click.option("--max-restarts", type=click.IntRange(min=-1), default=-1, show_default=True,
                      help="With --ray: times Ray restarts a server that dies (-1: always)."),
     ]

@@ -8,24 +8,33 @@ from typing import Any
 
 import click
 
+from ..app.settings import CONCURRENT_SESSIONS, ServerSettings
 from ..core.access import is_loopback_host
+from .options import CommandNamingBundled, default_of
 from .scale_out import ScaleOut, scale_out_options
 
 
-@click.command("serve")
+def _default(name: str) -> Any:
+    return default_of(ServerSettings, name)
+
+
+@click.command("serve", cls=CommandNamingBundled)
 @click.argument("target")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
 @click.option("--max-concurrent-envs", type=click.IntRange(min=1), default=None,
-              help="Sessions open at once [default: $MAX_CONCURRENT_ENVS, else 64, or 1 for single-session envs].")
+              help=f"Sessions open at once [default: $MAX_CONCURRENT_ENVS, else {CONCURRENT_SESSIONS}, or 1 for "
+                   "single-session envs].")
 @click.option("--session-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else 300].")
-@click.option("--capacity-wait", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help=f"Close sessions idle this many seconds [default: $SESSION_TIMEOUT_S, else "
+                   f"{_default('session_timeout_s'):g}].")
+@click.option("--capacity-wait", type=click.FloatRange(min=0), default=_default("capacity_wait_s"), show_default=True,
               help="When every slot is taken, a new connection waits this many seconds for a closing session's "
                    "slot before it is refused.")
-@click.option("--ping-interval", type=click.FloatRange(min=0), default=20.0, show_default=True,
+@click.option("--ping-interval", type=click.FloatRange(min=0), default=_default("ping_interval_s"), show_default=True,
               help="Ping each client every this many seconds (0: never), so a vanished client frees its slot.")
-@click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
+@click.option("--ping-timeout", type=click.FloatRange(min=0, min_open=True), default=_default("ping_timeout_s"),
+              show_default=True,
               help="End a session whose client has not answered a ping within this many seconds.")
 @click.option("--api-key-env", metavar="NAME", default=None,
               help="Require the API key held in environment variable NAME on every route but /health "
@@ -56,7 +65,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     http://HOST:PORT/web (and / redirects there) is a page to play the environment in a browser
     and to replay transcripts.
 
-    TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
+    TARGET is a bundled env name ({bundled}), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
     goes back to the OS; set PYTHONMALLOC yourself to choose another.
 
@@ -75,17 +84,20 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     from ..transport.uvicorn_server import run_server
     from ..app.targets import app_from_environment, resolve_target
 
-    settings: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
-                                "ping_timeout_s": ping_timeout}
-    settings.update(_access_settings(api_key_env, allow_origins, allowed_hosts, forwarded_allow_ips))
-    if max_sessions_per_client is not None:
-        settings["max_sessions_per_client"] = max_sessions_per_client
-    if max_concurrent_envs is not None:
-        settings["max_concurrent_envs"] = max_concurrent_envs
-    if session_timeout is not None:
-        settings["session_timeout_s"] = session_timeout
     resolved = resolve_target(target)   # a bad target or environment definition: one line (envkit.cli.main)
-    app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
+    given: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
+                             "ping_timeout_s": ping_timeout, "allowed_origins": allow_origins}
+    for name, value in (("max_concurrent_envs", max_concurrent_envs), ("session_timeout_s", session_timeout),
+                        ("max_sessions_per_client", max_sessions_per_client)):
+        if value is not None:
+            given[name] = value
+    if allowed_hosts is not None:
+        given["allowed_hosts"] = allowed_hosts.split(",")
+    if forwarded_allow_ips is not None:
+        given["forwarded_allow_ips"] = forwarded_allow_ips.split(",")
+    settings = ServerSettings.from_environment(concurrent=resolved.env_class.SUPPORTS_CONCURRENT_SESSIONS,
+                                               api_key_variable=api_key_env, **given)
+    app = app_from_environment(resolved.env_class, env_name=resolved.name, settings=settings)
     pool = app.state.envkit_pool
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if not app.access.requires_key and not is_loopback_host(host):
@@ -105,21 +117,3 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         click.echo(f"envkit: play and replay in a browser at http://{host}:{bound_port}/web")
 
     run_server(app, host, port, on_started=announce, log_level=log_level)
-
-
-def _access_settings(api_key_env: str | None, allow_origins: tuple[str, ...], allowed_hosts: str | None,
-                     forwarded_allow_ips: str | None) -> dict[str, Any]:
-    """`create_app` access settings from the flags (and the environment for what they leave out)."""
-    settings: dict[str, Any] = {"allowed_origins": list(allow_origins)}
-    if api_key_env is not None:
-        key = os.environ.get(api_key_env, "")
-        if not key.strip():
-            raise click.UsageError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set "
-                                   "or empty; export the key there first")
-        settings["api_keys"] = [key.strip()]
-    if allowed_hosts is not None:
-        settings["allowed_hosts"] = [name for name in allowed_hosts.split(",") if name.strip()]
-    if forwarded_allow_ips is None:
-        forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS") or ("private" if os.environ.get("SPACE_ID") else "")
-    settings["forwarded_allow_ips"] = [spec for spec in forwarded_allow_ips.split(",") if spec.strip()]
-    return settings

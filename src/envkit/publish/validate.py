@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..app.settings import VARIABLES, ServerSettings
 from ..app.targets import app_from_environment, bundled_envs, import_attribute, resolve_target
 from ..client.ors_client import OrsServer, is_ors_server
 from ..errors import (AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError,
@@ -247,15 +248,12 @@ def _check_tasks(report: Report, env_class: Any) -> None:
 
 def _check_limits(report: Report, target: Any, image_settings: dict[str, str]) -> None:
     """Build the app with the limits the Dockerfile's ENV sets, as the container would at start-up."""
-    settings: dict[str, Any] = {}
     try:
-        if image_settings.get("MAX_CONCURRENT_ENVS"):
-            settings["max_concurrent_envs"] = int(image_settings["MAX_CONCURRENT_ENVS"])
-        if image_settings.get("SESSION_TIMEOUT_S"):
-            settings["session_timeout_s"] = float(image_settings["SESSION_TIMEOUT_S"])
-        app = app_from_environment(target.env_class, env_name=target.name, **settings)
+        settings = ServerSettings.from_environment(image_settings,
+                                                   concurrent=target.env_class.SUPPORTS_CONCURRENT_SESSIONS)
+        app = app_from_environment(target.env_class, env_name=target.name, settings=settings)
     except ValueError as error:  # ConfigurationError included
-        source = " (with the Dockerfile's ENV)" if settings else ""
+        source = " (with the Dockerfile's ENV)" if set(image_settings) & set(VARIABLES) else ""
         report.add("server limits", [f"{error}{source}"], "")
         return
     pool = app.state.envkit_pool

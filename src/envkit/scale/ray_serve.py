@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import ray
 
+from ..app.settings import ServerSettings
 from ..errors import EnvkitError
 
 __all__ = ["EnvkitReplica", "RayServeError", "serve_on_ray", "start_replicas"]
@@ -46,7 +47,7 @@ class EnvkitReplica:
     and registers again.
     """
 
-    def __init__(self, target: str, settings: dict[str, Any], registry_url: str, replica: int,
+    def __init__(self, target: str, settings: ServerSettings, registry_url: str, replica: int,
                  log_level: str = "warning") -> None:
         import asyncio
 
@@ -55,7 +56,7 @@ class EnvkitReplica:
         from ..app.targets import app_from_environment, resolve_target
 
         resolved = resolve_target(target)
-        app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
+        app = app_from_environment(resolved.env_class, env_name=resolved.name, settings=settings)
         pool = app.state.envkit_pool
         host = ray.util.get_node_ip_address()
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -89,7 +90,7 @@ class EnvkitReplica:
         self.thread.join(STOP_TIMEOUT_S)
 
 
-def start_replicas(target: str, settings: dict[str, Any], registry_url: str, *, replicas: int, num_cpus: float,
+def start_replicas(target: str, settings: ServerSettings, registry_url: str, *, replicas: int, num_cpus: float,
                    max_restarts: int = -1, log_level: str = "warning") -> list[Any]:
     """Create `replicas` `EnvkitReplica` actors, spread over the nodes; returns their handles once all serve."""
     actor_class = ray.remote(EnvkitReplica).options(num_cpus=num_cpus, max_restarts=max_restarts,
@@ -142,7 +143,7 @@ def _check_reachable(address: str) -> None:
                             "with `ray start --head` or give the address `ray status` shows") from None
 
 
-def serve_on_ray(target: str, settings: dict[str, Any], *, address: str | None, replicas: int, num_cpus: float,
+def serve_on_ray(target: str, settings: ServerSettings, *, address: str | None, replicas: int, num_cpus: float,
                  max_restarts: int = -1, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
                  say: Callable[[str], None] = print) -> None:
     """Run the registry here and `replicas` envkit servers on the Ray cluster at `address` until SIGINT/SIGTERM."""

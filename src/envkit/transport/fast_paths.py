@@ -23,22 +23,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import threading
 from typing import Any, Callable
 
+from ..app.settings import FAST_PATHS_ENV, fast_paths_wanted
 from .uvicorn_protocols import FastPaths
 
 __all__ = ["FastPaths", "fast_paths", "log_fast_paths", "decide_again", "FAST_PATHS_ENV"]
 
-FAST_PATHS_ENV = "ENVKIT_FAST_PATHS"
 logger = logging.getLogger("uvicorn.error")
 
 
 @functools.cache
 def fast_paths() -> FastPaths:
     """The fast paths this process uses: each checked once (a few milliseconds), on a private event loop."""
-    if os.environ.get(FAST_PATHS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not fast_paths_wanted():
         return FastPaths(off=(("all", f"{FAST_PATHS_ENV}=0"),))
     result: list[FastPaths] = []
     thread = threading.Thread(target=lambda: result.append(_check_all()), name="envkit-fast-path-checks")
