@@ -1,15 +1,19 @@
-"""What the default transport's fast paths buy: server CPU per WebSocket step and per MCP call, with them on and off.
+"""What each of the default transport's fast paths buys: server CPU per WebSocket step and per MCP call.
 
-Serves echo with `envkit serve` twice (`ENVKIT_FAST_PATHS` unset, then `0`), drives it from this process over raw
-sockets (one session; `STEPS` steps, then an MCP episode of `CALLS` echo calls on one kept-alive connection), and reads the
-server process's CPU time (user + system, /proc) around each part: the client's own work is not counted. Prints
-microseconds of server CPU per step and per call, the median of `ROUNDS` rounds.
+Serves echo with `envkit serve` once per set of fast paths (`ENVKIT_FAST_PATHS`: none, each one alone, all), all at
+once, and drives them in turn, round after round (figures on a shared machine drift), from this process over raw
+sockets: one session of `STEPS` steps, then an MCP episode of `CALLS` echo calls on one kept-alive connection. The
+server process's CPU time (user + system, /proc) is read around each part, so the client's own work is not counted.
+Prints microseconds of server CPU per step and per call (the median of `--rounds` rounds) and each set's saving
+against none.
 
-    python benchmarks/fast_paths_cpu.py
+    python benchmarks/fast_paths_cpu.py                       # none, each alone, all
+    python benchmarks/fast_paths_cpu.py --sets 0,inline,all   # chosen sets (ENVKIT_FAST_PATHS values)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -24,7 +28,7 @@ import raw_ws  # noqa: E402
 
 from envkit.testing import ServedProcess  # noqa: E402
 
-STEPS, CALLS, ROUNDS = 3000, 2000, 5
+STEPS, CALLS = 3000, 2000
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -79,15 +83,35 @@ def per_unit_us(pid: int, work: Callable[[str], None], url: str, count: int) -> 
 
 
 def main() -> None:
-    for label, env in (("fast paths on", {}), ("ENVKIT_FAST_PATHS=0", {"ENVKIT_FAST_PATHS": "0"})):
-        with ServedProcess("echo", env=env) as served:
-            assert served.process is not None
-            pid = served.process.pid
-            step_us = [per_unit_us(pid, steps, served.url, STEPS) for _ in range(ROUNDS)]
-            call_us = [per_unit_us(pid, calls, served.url, CALLS) for _ in range(ROUNDS)]
-        print(f"{label:22} step {statistics.median(step_us):6.1f} µs server CPU   MCP call "
-              f"{statistics.median(call_us):6.1f} µs   (rounds: {', '.join(f'{v:.0f}' for v in step_us)} / "
-              f"{', '.join(f'{v:.0f}' for v in call_us)})")
+    from envkit.transport.fast import FAST_PATHS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default=",".join(["0", *FAST_PATHS, "all"]),
+                        help="ENVKIT_FAST_PATHS values to compare, separated by commas (a set of several paths joins "
+                             "their names with +)")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    sets = args.sets.split(",")
+    values = {name: ("1" if name == "all" else name.replace("+", ",")) for name in sets}
+    servers = {name: ServedProcess("echo", env={"ENVKIT_FAST_PATHS": value}).start() for name, value in values.items()}
+    step_us: dict[str, list[float]] = {name: [] for name in sets}
+    call_us: dict[str, list[float]] = {name: [] for name in sets}
+    try:
+        for _ in range(args.rounds):
+            for name, served in servers.items():
+                assert served.process is not None
+                step_us[name].append(per_unit_us(served.process.pid, steps, served.url, STEPS))
+                call_us[name].append(per_unit_us(served.process.pid, calls, served.url, CALLS))
+    finally:
+        for served in servers.values():
+            served.terminate()
+    base_step, base_call = (statistics.median(step_us[sets[0]]), statistics.median(call_us[sets[0]]))
+    print(f"server CPU, median of {args.rounds} interleaved rounds; saving against ENVKIT_FAST_PATHS={sets[0]}")
+    for name in sets:
+        step, call = statistics.median(step_us[name]), statistics.median(call_us[name])
+        print(f"{name:16} /ws step {step:6.1f} µs ({1 - step / base_step:+5.0%})   MCP call {call:6.1f} µs "
+              f"({1 - call / base_call:+5.0%})   rounds: {' '.join(f'{v:.0f}' for v in step_us[name])} / "
+              f"{' '.join(f'{v:.0f}' for v in call_us[name])}")
 
 
 if __name__ == "__main__":

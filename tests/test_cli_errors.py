@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from envkit import EnvClient
+from envkit.app.targets import bundled_envs
 from envkit.cli.main import COMMANDS
 from envkit.errors import EnvError
 from envkit.testing import free_port
@@ -137,6 +138,13 @@ def test_help_fits_80_columns(command: str) -> None:
     assert done.returncode == 0, done.stderr
     wide = [line for line in done.stdout.splitlines() if len(line) > 80]
     assert not wide, "\n".join(wide)
+
+
+@pytest.mark.parametrize("command", ["serve", "train", "eval"])
+def test_help_names_every_bundled_environment(command: str) -> None:
+    """The help lists the bundled environments from where `envkit serve NAME` finds them: a new one is listed too."""
+    done = envkit(command, "--help")
+    assert f"({', '.join(bundled_envs())})" in " ".join(done.stdout.split()), done.stdout
 
 
 # -- a first environment in the folder the user stands in -----------------------------------------------------

@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from envkit import create_app
-from envkit.app.targets import resolve_target
+from envkit.app.targets import bundled_envs, resolve_target
 from envkit.testing import ServedProcess, running_server
 
 PEER = Path(__file__).resolve().parent / "mcp_peer"
@@ -98,7 +98,7 @@ def test_openenv_mcp_tool_client_is_refused_at_capacity_and_told_its_reaped_sess
     assert "is gone: idle timeout" in after["after_reap"]
 
 
-@pytest.mark.parametrize("name", ["echo", "wordle", "catch"])
+@pytest.mark.parametrize("name", sorted(bundled_envs()))
 def test_openenv_validate_passes_against_envkit_serve(openenv_python: str, name: str) -> None:
     openenv = str(Path(openenv_python).parent / "openenv")
     with ServedProcess(name) as served:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .api_key import api_key_option
+from .options import api_key_option
 
 
 def _parse_action(raw: str | None) -> dict[str, Any] | None:

@@ -8,18 +8,18 @@ from typing import Any
 
 import click
 
-from .api_key import api_key_option
-from .train import _json_mapping
+from ..evaluate import EvalSettings
+from .options import api_key_option, default_of, env_options, episode_options
+
+
+def _default(name: str) -> Any:
+    return default_of(EvalSettings, name)
+
 
 
 @click.command("eval")
-@click.option("--env", "env", multiple=True, metavar="NAME",
-              help="Environment: a bundled env (echo, wordle, catch), an env folder or module:Class. Its tasks and "
-                   "metrics are read here; without --env-url it is also served here. Repeatable.")
-@click.option("--env-url", "env_url", multiple=True, metavar="URL",
-              help="Play against a running server instead (pairs with --env names in order). Repeatable. One "
-                   "environment on several servers: separate their URLs with commas or give a registry "
-                   "(http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
+@env_options("Its tasks and metrics are read here; without --env-url it is also served here. Repeatable.",
+             "Play against a running server instead.")
 @click.option("--model", "models", multiple=True, metavar="MODEL",
               help="A local folder, a Hub id, or 'tiny' (the model `envkit train` starts from); with --openai-url, "
                    "the name the chat server serves. Repeat for one row each.")
@@ -30,23 +30,14 @@ from .train import _json_mapping
               help="A scripted player as a baseline: solver or random (the env package's policies; random exists "
                    "for every env). Repeatable.")
 @click.option("--games", type=int, default=None,
-              help="Games per environment: the first N tasks of the split (or rows of --dataset). [default: 30, or "
-                   "all when the split has fewer]")
-@click.option("--split", default="test", show_default=True, help="The environment's task split to play.")
+              help=f"Games per environment: the first N tasks of the split (or rows of --dataset). [default: "
+                   f"{_default('games')}, or all when the split has fewer]")
+@click.option("--split", default=_default("split"), show_default=True, help="The environment's task split to play.")
 @click.option("--dataset", default=None, type=click.Path(dir_okay=False),
               help="JSONL or CSV rows instead of a split; their columns reach reset (as in envkit train).")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 decodes greedily.")
-@click.option("--max-completion-length", type=int, default=None,
-              help="Token budget of a whole episode, tool results included. [default: as envkit train: fitted to "
-                   "the environment's episode length; else 128 for tiny, 1024 for others]")
-@click.option("--max-tool-calling-iterations", type=int, default=None,
-              help="Rounds of tool calls per episode. [default: as envkit train: the environment's episode length "
-                   "+ 2; else 3 for tiny, 10 for others; policies play to the end]")
-@click.option("--enable-thinking/--disable-thinking", default=None,
-              help="Chat template's enable_thinking. [default: the template's; off for tiny]")
-@click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
-              help="Extra chat template arguments, as a JSON object.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--temperature", type=float, default=_default("temperature"), show_default=True, help="0 decodes greedily.")
+@episode_options("as envkit train (policies play to the end): ")
+@click.option("--seed", type=int, default=_default("seed"), show_default=True,
               help="Seeds the tiny model's build and random policies.")
 @click.option("--transcripts", "transcripts_path", default=None, type=click.Path(dir_okay=False),
               help="Write every game as one JSON line here (messages, tool calls, results, rewards, metrics).")
@@ -72,7 +63,7 @@ def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, .
           --model Qwen/Qwen3-1.7B
       envkit eval --env catch --env-url http://127.0.0.1:8001 --policy solver
     """
-    from ..evaluate import EvalSettings, evaluate, render_table
+    from ..evaluate import evaluate, render_table
     from ..play.schema import BindingError
     from ..transcripts import write_transcripts
 
@@ -107,4 +98,4 @@ def _default_games(settings: Any) -> int | None:
         env_class = resolve_target(target).env_class
         if settings.split in env_class.splits():
             sizes.append(len(env_class.tasks(settings.split)))
-    return min([30, *sizes])
+    return min([_default("games"), *sizes])

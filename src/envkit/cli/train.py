@@ -9,68 +9,53 @@ from typing import Any
 
 import click
 
-from .api_key import api_key_option
+from ..play.models import SEED_EPISODES, TINY
+from ..train.settings import DEFAULT_OUTPUT_DIR, PROTOCOLS, REPORT_TO, VLLM_MODES, TrainSettings
+from .options import api_key_option, by_game, by_model, default_of, env_options, episode_options
 
 
-def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as error:
-        raise click.BadParameter(f"not JSON ({error.msg}); e.g. '{{\"enable_thinking\": false}}'") from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("expected a JSON object, e.g. '{\"enable_thinking\": false}'")
-    return parsed
+def _default(name: str) -> Any:
+    return default_of(TrainSettings, name)
+
 
 
 @click.command("train")
-@click.option("--env", "env", multiple=True, metavar="NAME",
-              help="Environment to train on: a bundled env (echo, wordle, catch), an env folder or module:Class. "
-                   "Repeat for several (rows are routed per environment). [default: echo]")
-@click.option("--env-url", "env_url", multiple=True, metavar="URL",
-              help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
-                   "with --env names in order. One environment on several servers: separate their URLs with commas "
-                   "or give a registry (http://HEAD:PORT/replicas); each episode opens on the least-loaded server.")
+@env_options(f"Repeat to train on several (rows are routed per environment). [default: {_default('env')[0]}]",
+             "Train against a running server instead of serving --env in this process.")
 @click.option("--model", default=None, metavar="MODEL",
-              help="'tiny' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a Hub "
-                   "id. [default: tiny]")
+              help=f"'{TINY}' (a model of 100-200K parameters built here, offline, in seconds), a local path, or a "
+                   f"Hub id. [default: {_default('model')}]")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="YAML file of settings (same names as these flags, plus a 'grpo:' table of GRPOConfig fields), or "
                    "a shipped recipe's name: wordle-grpo (TRL's Wordle guide).")
 @click.option("--output-dir", default=None,
-              help="Where the model, metrics and plot go. [default: envkit-train, or envkit-train-2, -3, ... when it "
-                   "holds an earlier run]")
+              help=f"Where the model, metrics and plot go. [default: {DEFAULT_OUTPUT_DIR}, or {DEFAULT_OUTPUT_DIR}-2, "
+                   "-3, ... when it holds an earlier run]")
 @click.option("--overwrite", is_flag=True, default=None,
               help="Replace an earlier run's files in --output-dir (without it, a named folder that holds a run is "
                    "refused).")
 @click.option("--max-steps", type=int, default=None,
-              help="Training steps. [default: tiny: 40 on games with an episode length (catch, wordle), else 30; "
-                   "others: 200]")
-@click.option("--learning-rate", type=float, default=None,
-              help="[default: tiny: 2e-4 on games with an episode length, else 1.5e-3; others: 1e-6]")
-@click.option("--num-generations", type=int, default=None, help="Episodes per prompt, compared by GRPO. [default: 16 for tiny, else 8]")
+              help=f"Training steps. [default: {by_game('max_steps')}]")
+@click.option("--learning-rate", type=float, default=None, help=f"[default: {by_game('learning_rate')}]")
+@click.option("--num-generations", type=int, default=None,
+              help=f"Episodes per prompt, compared by GRPO. [default: {by_model('num_generations')}]")
 @click.option("--batch-size", type=int, default=None,
-              help="Episodes per device per step (a multiple of --num-generations). [default: 32 for tiny, else 8]")
-@click.option("--gradient-accumulation-steps", type=int, default=None, help="[default: 1]")
-@click.option("--max-completion-length", type=int, default=None,
-              help="Token budget of a whole episode, tool results included. [default: fitted to the environment's "
-                   "episode length; else 128 for tiny, 1024 for others]")
-@click.option("--max-tool-calling-iterations", type=int, default=None,
-              help="Model turns that call tools, per episode, at most. [default: the environment's episode length + 2; "
-                   "else 3 for tiny, 10 for others]")
-@click.option("--temperature", type=float, default=None, help="Sampling temperature. [default: 1.0]")
-@click.option("--beta", type=float, default=None, help="KL coefficient (0: no reference model). [default: 0]")
-@click.option("--enable-thinking/--disable-thinking", default=None,
-              help="Chat template's enable_thinking (Qwen3 and similar). [default: the template's; off for tiny]")
-@click.option("--chat-template-kwargs", callback=_json_mapping, default=None, metavar="JSON",
-              help="Extra chat template arguments, as a JSON object.")
-@click.option("--vllm-mode", type=click.Choice(["none", "colocate", "server"]), default=None,
+              help=f"Episodes per device per step (a multiple of --num-generations). [default: "
+                   f"{by_model('batch_size')}]")
+@click.option("--gradient-accumulation-steps", type=int, default=None,
+              help=f"[default: {_default('gradient_accumulation_steps')}]")
+@episode_options()
+@click.option("--temperature", type=float, default=None,
+              help=f"Sampling temperature. [default: {_default('temperature')}]")
+@click.option("--beta", type=float, default=None,
+              help=f"KL coefficient (0: no reference model). [default: {_default('beta'):g}]")
+@click.option("--vllm-mode", type=click.Choice(VLLM_MODES), default=None,
               help="Generate with vLLM (a GPU, or vLLM's CPU build): in the training process (colocate) or a "
                    "`trl vllm-serve` server (GPU only). "
-                   "[default: none]")
+                   f"[default: {_default('vllm_mode')}]")
 @click.option("--vllm-gpu-memory-utilization", type=float, default=None,
-              help="Share of GPU memory vLLM may take in colocate mode. [default: 0.3]")
+              help=f"Share of GPU memory vLLM may take in colocate mode. [default: "
+                   f"{_default('vllm_gpu_memory_utilization')}]")
 @click.option("--vllm-max-model-length", type=int, default=None, help="vLLM context length (prompt + episode).")
 @click.option("--vllm-sleep/--no-vllm-sleep", "vllm_enable_sleep_mode", default=None,
               help="Offload vLLM's weights and cache during optimizer steps (colocate). [default: off]")
@@ -86,24 +71,26 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
               help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
                    "columns are optional).")
 @click.option("--num-episodes", type=int, default=None,
-              help="Without --dataset: how many episodes (rows) the environments provide. [default: 64 seeds; with "
+              help=f"Without --dataset: how many episodes (rows) the environments provide. [default: {SEED_EPISODES} seeds; with "
                    "tasks (--split, or an Open Reward Standard server): every task once]")
 @click.option("--split", default=None, metavar="NAME",
               help="Train on the tasks of this split (e.g. train): each task's reset arguments become a row. "
                    "[default: seeds; for an Open Reward Standard server its train split]")
-@click.option("--protocol", type=click.Choice(["auto", "envkit", "ors"]), default=None,
-              help="What the --env-url servers speak: envkit's WebSocket protocol, or the Open Reward Standard "
-                   "(an openreward-SDK server). [default: auto, found out from each server]")
-@click.option("--seed", type=int, default=None, help="[default: 0]")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
+              help=f"What the --env-url servers speak: envkit's WebSocket protocol, or the Open Reward Standard "
+                   f"(an openreward-SDK server). [default: {_default('protocol')}, found out from each server]")
+@click.option("--seed", type=int, default=None, help=f"[default: {_default('seed')}]")
 @click.option("--eval-games", type=int, default=None,
               help="Before and after training, play this many games of each environment's test split greedily "
-                   "(as `envkit eval` does) and print both rows. [default: 0, none]")
+                   f"(as `envkit eval` does) and print both rows. [default: {_default('eval_games')}, none]")
 @click.option("--transcripts-per-step", type=int, default=None,
-              help="Episodes written to OUTPUT_DIR/transcripts.jsonl at each logging step. [default: 4]")
-@click.option("--report-to", type=click.Choice(["none", "trackio"]), default=None,
-              help="Also log metrics to trackio. [default: none]")
+              help=f"Episodes written to OUTPUT_DIR/transcripts.jsonl at each logging step. [default: "
+                   f"{_default('transcripts_per_step')}]")
+@click.option("--report-to", type=click.Choice(REPORT_TO), default=None,
+              help=f"Also log metrics to trackio. [default: {_default('report_to')}]")
 @click.option("--reconnect-timeout", type=float, default=None,
-              help="Seconds to wait for an unreachable environment server before stopping. [default: 30]")
+              help=f"Seconds to wait for an unreachable environment server before stopping. [default: "
+                   f"{_default('reconnect_timeout'):g}]")
 @click.option("--json", "as_json", is_flag=True, help="Print the closing summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No per-step lines or progress bar; only the summary.")
 @api_key_option

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .api_key import api_key_option
+from .options import api_key_option
 
 
 @click.command("validate")
