@@ -1,13 +1,13 @@
 """What each of the default transport's fast paths buys: server CPU per WebSocket step and per MCP call.
 
-Serves echo with `envkit serve` once per set of fast paths (`ENVKIT_FAST_PATHS`: none, each one alone, all), all at
-once, and drives them in turn, round after round (figures on a shared machine drift), from this process over raw
+Serves echo with `envkit serve` once per set of fast paths (`ENVKIT_FAST_PATHS`: none, each one on its own, with
+`frames` on top of `inline`, which it needs, and all), all at once, and drives them in turn, round after round (figures on a shared machine drift), from this process over raw
 sockets: one session of `STEPS` steps, then an MCP episode of `CALLS` echo calls on one kept-alive connection. The
 server process's CPU time (user + system, /proc) is read around each part, so the client's own work is not counted.
 Prints microseconds of server CPU per step and per call (the median of `--rounds` rounds) and each set's saving
 against none.
 
-    python benchmarks/fast_paths_cpu.py                       # none, each alone, all
+    python benchmarks/fast_paths_cpu.py                       # 0, inline, inline+frames, at_once, all
     python benchmarks/fast_paths_cpu.py --sets 0,inline,all   # chosen sets (ENVKIT_FAST_PATHS values)
 """
 
@@ -28,7 +28,7 @@ import raw_ws  # noqa: E402
 
 from envkit.testing import ServedProcess  # noqa: E402
 
-STEPS, CALLS = 3000, 2000
+STEPS, CALLS = 10000, 5000
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,10 +83,8 @@ def per_unit_us(pid: int, work: Callable[[str], None], url: str, count: int) -> 
 
 
 def main() -> None:
-    from envkit.transport.fast import FAST_PATHS
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", default=",".join(["0", *FAST_PATHS, "all"]),
+    parser.add_argument("--sets", default="0,inline,inline+frames,at_once,all",
                         help="ENVKIT_FAST_PATHS values to compare, separated by commas (a set of several paths joins "
                              "their names with +)")
     parser.add_argument("--rounds", type=int, default=7)

@@ -26,9 +26,9 @@ from sample_envs import CounterAction, CounterEnvironment, CounterObservation  #
 
 
 def needs_fast_path(name: str) -> None:
-    """Skip a test that watches the fast path `name` at work (`envkit.transport.fast_paths`) where it is off: with
+    """Skip a test that watches the fast path `name` at work (`envkit.transport.fast`) where it is off: with
     `ENVKIT_FAST_PATHS=0`, or where its start-up check found what it relies on changed."""
-    from envkit.transport.fast_paths import fast_paths
+    from envkit.transport.fast import fast_paths
 
     paths = fast_paths()
     if not getattr(paths, name):

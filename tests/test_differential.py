@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import Protocol, Side
 
-from envkit.transport.fast_paths import FastPaths
 from envkit.core.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint
-from envkit.transport.fast_path_checks import MemoryTransport, connect_protocol, probe_config, run_until_idle
+from envkit.transport.fast.at_once import AnsweredAtOnce
+from envkit.transport.fast.checks import MemoryTransport, connect_protocol, probe_config, run_until_idle
 from envkit.transport.uvicorn_protocols import HeadLimits, protocol_classes
-from envkit.transport.ws_frames import FrameReader, frame_size_limit
+from envkit.transport.fast.frames import FrameReader, frame_size_limit
 
 EXAMPLES = int(os.environ.get("ENVKIT_DIFFERENTIAL_EXAMPLES", "10000"))
 many = settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -94,7 +94,7 @@ def read_by_websockets(chunks: list[bytes]) -> tuple[list[Frame], Any]:
 
 
 def read_by_envkit(chunks: list[bytes]) -> tuple[list[Frame], Any]:
-    """`FrameReader` first, websockets from the first frame it hands over, as `uvicorn_protocols` reads a connection."""
+    """`FrameReader` first, websockets from the first frame it hands over, as the fast path `frames` reads them."""
     conn = Protocol(Side.SERVER, max_size=MAX_SIZE)
     read: list[Frame] = []
     handed: list[bool] = []
@@ -227,7 +227,7 @@ def served(chunks: list[bytes], at_once: bool) -> tuple[bytes, int | None]:
     closed the connection (None: open)."""
     loop = asyncio.new_event_loop()
     try:
-        http_class = protocol_classes(HeadLimits(), FastPaths(at_once=at_once))[0]
+        http_class = protocol_classes(HeadLimits(), (AnsweredAtOnce,) if at_once else ())[0]
         protocol, transport = connect_protocol(http_class, APP, loop, CONFIG)
         assert hasattr(protocol, "_exchange_at_once") == at_once
         closed_at = None

@@ -19,10 +19,10 @@ from conftest import needs_fast_path
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-import envkit.transport.http_at_once
-import envkit.transport.ws_frames
-from envkit import create_app
-from envkit.transport.fast_paths import FastPaths, decide_again, fast_paths
+import envkit.transport.fast.at_once
+import envkit.transport.fast.frames
+from envkit import ConfigurationError, create_app
+from envkit.transport.fast import FastPaths, decide_again, fast_paths
 from envkit.app.targets import resolve_target
 from envkit.testing import running_server
 
@@ -126,12 +126,29 @@ def test_envkit_fast_paths_0_turns_every_one_off_and_says_so(monkeypatch: pytest
     assert len(off_lines(capsys)) == 1
 
 
+def test_envkit_fast_paths_may_name_the_paths_to_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ENVKIT_FAST_PATHS=inline,at_once` uses those two and says why the other is off; frames without inline is off
+    too; a name that is no fast path is one line naming it."""
+    monkeypatch.setenv("ENVKIT_FAST_PATHS", "inline, at_once")
+    assert fast_paths() == FastPaths(inline=True, at_once=True, off=(("frames", "not in ENVKIT_FAST_PATHS"),))
+    decide_again()
+    monkeypatch.setenv("ENVKIT_FAST_PATHS", "frames")
+    left_out = "not in ENVKIT_FAST_PATHS"
+    assert fast_paths() == FastPaths(off=(("inline", left_out), ("at_once", left_out),
+                                          ("frames", "it needs inline answers")))
+    decide_again()
+    monkeypatch.setenv("ENVKIT_FAST_PATHS", "inline,repeat")
+    with pytest.raises(ConfigurationError, match="^ENVKIT_FAST_PATHS='inline,repeat' names no fast path repeat; use 0, "
+                                                 "1 or names among inline, frames, at_once$"):
+        fast_paths()
+
+
 def test_a_changed_apply_mask_turns_the_frame_reader_off_and_frames_are_read_right(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """websockets' `apply_mask`, as `ws_frames` uses it, changed to return the payload still masked: the check sees
+    """websockets' `apply_mask`, as the fast path `frames` uses it, changed to return the payload still masked: the check sees
     the frame misread, websockets reads every frame, and the echoed messages are the ones sent."""
     here = on_here("frames")
-    monkeypatch.setattr(envkit.transport.ws_frames, "apply_mask", lambda data, mask: bytes(data))
+    monkeypatch.setattr(envkit.transport.fast.frames, "apply_mask", lambda data, mask: bytes(data))
     with running_server(echo_app(), log_level="info") as url:
         assert ws_episode(url) == ["first", "second"]
     paths = fast_paths()
@@ -183,10 +200,10 @@ def test_a_changed_uvicorn_message_buffer_turns_inline_answers_off_and_sessions_
 
 def test_a_changed_status_line_turns_answers_at_once_off_and_every_response_is_well_formed(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """uvicorn's `STATUS_LINE`, as `http_at_once` uses it, changed to lines without their CRLF (uvicorn adding it
+    """uvicorn's `STATUS_LINE`, as the fast path `at_once` uses it, changed to lines without their CRLF (uvicorn adding it
     elsewhere): the check sees a malformed response, and uvicorn's cycle answers every request."""
     here = on_here("at_once")
-    monkeypatch.setattr(envkit.transport.http_at_once, "STATUS_LINE", {status: line.rstrip(b"\r\n")
+    monkeypatch.setattr(envkit.transport.fast.at_once, "STATUS_LINE", {status: line.rstrip(b"\r\n")
                                                              for status, line in STATUS_LINE.items()})
     with running_server(echo_app(), log_level="info") as url:
         for _ in range(3):   # a first call, then repeats

@@ -1,4 +1,4 @@
-"""Requests to `/mcp` and ORS answered inside the default transport's protocol (`envkit.transport.http_at_once`).
+"""Requests to `/mcp` and ORS answered inside the default transport's protocol (`envkit.transport.fast.at_once`).
 
 Real servers on 127.0.0.1 and real sockets. A few tests wrap `ExchangeAtOnce.start` or a surface's `answer` in
 the server's own process to count what took which path, or to make a surface fail as a server bug would; nothing
@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-import envkit.transport.http_at_once as at_once
+import envkit.transport.fast.at_once as at_once
 from envkit import create_app, tool
 from envkit.surfaces.mcp import McpEndpoint
 from envkit.app.targets import resolve_target
@@ -344,7 +344,7 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
 
 @pytest.mark.parametrize("path", ["/mcp", "/health"])   # answered at once, and through uvicorn's cycle
 def test_a_kept_alive_connection_is_closed_once_idle_for_the_keep_alive_timeout(connect: Any, path: str) -> None:
-    """The keep-alive timer is armed once per idle spell (`uvicorn_protocols._KeepAliveTimer`): a connection busy for
+    """uvicorn's keep-alive timeout holds for requests answered at once as for the others: a connection busy for
     longer than the timeout stays open, and is closed the timeout after its last response."""
     with running_server(echo_app(), timeout_keep_alive=1) as url:
         sock, buffer = connect(url), bytearray()

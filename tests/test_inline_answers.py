@@ -1,4 +1,4 @@
-"""Frames of `RUN_INLINE` environments answered inside the transport's callbacks (`envkit.core.inline_answers`).
+"""Frames of `RUN_INLINE` environments answered inside the transport's callbacks (`envkit.transport.fast.inline`).
 
 The default transport answers such frames without a task, except a frame whose answer must wait (here a tool
 that is a coroutine): frames sent meanwhile are answered after it, in order, and a client that goes

@@ -138,6 +138,44 @@ def test_surfaces_share_code_through_core_not_through_each_other() -> None:
     assert surface_crossings(import_graph(SOURCE, "envkit")) == []
 
 
+#: What the fast paths rely on: uvicorn's protocols and server state, websockets' sans-I/O parser and frames.
+INTERNALS = ("uvicorn.protocols", "uvicorn.server", "websockets.protocol", "websockets.frames", "websockets.streams")
+
+
+def fast_path_leaks(root: Path) -> list[str]:
+    """Modules outside `transport/` that import what the fast paths rely on, and modules outside `transport/fast/`
+    that import one of its modules rather than its seam (`envkit.transport.fast` itself)."""
+    behind = {module_name(path, root) for path in (root / "envkit" / "transport" / "fast").rglob("*.py")}
+    behind.discard("envkit.transport.fast")
+    leaks = []
+    for path in sorted((root / "envkit").rglob("*.py")):
+        name = module_name(path, root)
+        found: list[str] = []
+        for other in sorted(imports_of(path, root)):   # a module sorts before the names imported from it
+            if any(other.startswith(f"{seen}.") for seen in found):
+                continue
+            if (other.startswith(INTERNALS) and not name.startswith("envkit.transport")) or (
+                    other in behind and not name.startswith("envkit.transport.fast")):
+                found.append(other)
+        leaks.extend(f"{name} imports {other}" for other in found)
+    return leaks
+
+
+def test_the_fast_paths_stay_behind_their_seam() -> None:
+    assert fast_path_leaks(SOURCE) == []
+
+
+def test_a_planted_fast_path_leak_is_found(tmp_path: Path) -> None:
+    root = planted_tree(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "core/eager.py": "from uvicorn.protocols.utils import x\n",
+        "transport/__init__.py": "", "transport/server.py": "from .fast import protocol_classes\n",
+        "transport/fast/__init__.py": "from .inline import InlineWebSocket\n", "transport/fast/inline.py": "",
+        "surfaces/__init__.py": "", "surfaces/ws.py": "from ..transport.fast.inline import InlineWebSocket\n",
+    })
+    assert fast_path_leaks(root) == ["envkit.core.eager imports uvicorn.protocols.utils",
+                                     "envkit.surfaces.ws imports envkit.transport.fast.inline"]
+
+
 def test_train_and_evaluate_share_code_through_play_not_through_each_other() -> None:
     assert "evaluate" not in ALLOWED["train"] and "train" not in ALLOWED["evaluate"]
     graph = import_graph(SOURCE, "envkit")

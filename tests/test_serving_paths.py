@@ -192,8 +192,8 @@ def _read_responses(sock: socket.socket, bodies: list[bool]) -> list[tuple[bytes
 
 
 def test_pipelined_requests_and_answers_to_head_and_for_files_stay_whole() -> None:
-    """Responses whose head waits for their body (`_HeadWithBody`) and those written as uvicorn writes them (HEAD,
-    a static file) come back whole and in order on one connection, requests sent before any answer."""
+    """Responses with a body, to HEAD and for a static file come back whole and in order on one connection,
+    requests sent before any answer."""
     with running_server(echo_app()) as url:
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:

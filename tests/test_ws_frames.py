@@ -1,4 +1,4 @@
-"""An open connection's everyday frames read and written by `envkit.transport.ws_frames` on the default transport, and
+"""An open connection's everyday frames read and written by `envkit.transport.fast.frames` on the default transport, and
 every other frame handed to websockets from exactly its first byte."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from websockets.streams import StreamReader
 from envkit import create_app
 from envkit.app.targets import resolve_target
 from envkit.testing import running_server
-from envkit.transport.ws_frames import BINARY, PING, PONG, TEXT, FrameReader, between_frames, server_frame
+from envkit.transport.fast.frames import BINARY, PING, PONG, TEXT, FrameReader, between_frames, server_frame
 
 MAX_SIZE = 100_000
 SIZES = (0, 1, 125, 126, 127, 65_535, 65_536, 70_000)
@@ -156,7 +156,7 @@ def test_an_open_connection_is_read_directly_byte_by_byte_with_pings_answered() 
     needs_fast_path("frames")
     with running_server(echo_app()) as url, raw_ws.open_websocket(url) as sock:
         assert ask(sock, {"type": "reset"}, piecewise=True)["type"] == "observation"
-        assert direct_readers(), "the connection's frames are not read by envkit.transport.ws_frames"
+        assert direct_readers(), "the connection's frames are not read by envkit.transport.fast.frames"
         sock.sendall(raw_ws.frame(b"are you there", 0x9))
         assert raw_ws.read_frame(sock) == (PONG, b"are you there")
         reply = ask(sock, {"type": "step", "data": {"message": "bytewise"}}, piecewise=True)

@@ -126,9 +126,9 @@ class EnvkitApp(FastAPI):
     cost memory (their suspended calls live as long as the session, ~8 kB each) and a call per
     message; for `/mcp` and ORS (`serve_directly`) they cost more CPU per call than the surface's
     own work. They are skipped unless middleware was added to the app; then these paths take
-    ordinary routes to the same handlers, which serve them the same way. The default transport
-    goes one step further for requests to `/mcp` and ORS that need nothing of the access layer but
-    its yes: it asks `surface_at_once` and answers them with no ASGI cycle at all (`uvicorn_protocols`).
+    ordinary routes to the same handlers, which serve them the same way. The default transport's fast
+    path `at_once` goes one step further for requests to `/mcp` and ORS that need nothing of the access layer but
+    its yes: it answers them with no ASGI cycle at all (`envkit.transport.fast.at_once`).
     """
 
     #: The settings the app was built with.
@@ -171,22 +171,6 @@ class EnvkitApp(FastAPI):
         for path in paths:
             self.direct_http[path] = endpoint
             self.router.add_route(path, endpoint, include_in_schema=False)
-
-    def surface_at_once(self, path: str, headers: list[tuple[bytes, bytes]],
-                        local_host: str | None) -> ExchangeEndpoint | None:
-        """The surface that answers this request, when a transport may hand it over with no ASGI cycle: a path served
-        directly, in an app with no middleware, that the access policy lets through as it is (`admits_as_is`: no
-        refusal to send, no CORS headers to add) and with no client to count. None: the request takes the ASGI path,
-        which answers it."""
-        endpoint = self.direct_http.get(path)
-        if endpoint is None or self.user_middleware or self.root_path:
-            return None
-        if self.access is not None and not self.access.admits_as_is(path, RawHeaders(headers), local_host):
-            return None
-        served = self.served
-        if served is not None and served.pool.max_sessions_per_client is not None:
-            return None
-        return endpoint
 
     def bind(self, host: str) -> None:
         """Called by the server that runs the app with the address it listens on: the default `Host` rule (and

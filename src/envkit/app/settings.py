@@ -20,13 +20,16 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..protocol import API_KEY_ENV
 
-__all__ = ["ServerSettings", "CONCURRENT_SESSIONS", "DEFAULT_MAX_MESSAGE_BYTES", "FAST_PATHS_ENV", "VARIABLES", "fast_paths_wanted"]
+__all__ = ["ServerSettings", "CONCURRENT_SESSIONS", "DEFAULT_MAX_MESSAGE_BYTES", "FAST_PATHS_ENV", "VARIABLES", "FAST_PATHS",
+           "fast_paths_wanted"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: Sessions at once by default for an environment that supports concurrent sessions (`from_environment`).
 CONCURRENT_SESSIONS = 64
-#: Turns the transport's fast paths off when `0` (`envkit.transport.fast_paths`).
+#: Turns the transport's fast paths off (`0`), or names those to use (`envkit.transport.fast`).
 FAST_PATHS_ENV = "ENVKIT_FAST_PATHS"
+#: The transport's fast paths, by the names `ENVKIT_FAST_PATHS` takes.
+FAST_PATHS = ("inline", "frames", "at_once")
 #: The environment variables settings are read from, and the field each one sets.
 VARIABLES = {"MAX_CONCURRENT_ENVS": "max_concurrent_envs", "SESSION_TIMEOUT_S": "session_timeout_s",
                API_KEY_ENV: "api_keys", "FORWARDED_ALLOW_IPS": "forwarded_allow_ips"}
@@ -128,10 +131,20 @@ class ServerSettings:
         return values
 
 
-def fast_paths_wanted(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether `ENVKIT_FAST_PATHS` leaves the transport's fast paths on (anything but 0, false, no, off)."""
-    value = (os.environ if environ is None else environ).get(FAST_PATHS_ENV, "1")
-    return value.strip().lower() not in ("0", "false", "no", "off")
+def fast_paths_wanted(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The fast paths `ENVKIT_FAST_PATHS` asks for: all of them when it is unset or 1, none for 0 (or false, no,
+    off), else those it names, separated by commas; an unknown name is a `ConfigurationError` naming it."""
+    value = (os.environ if environ is None else environ).get(FAST_PATHS_ENV, "1").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return frozenset(FAST_PATHS)
+    if value in ("0", "false", "no", "off"):
+        return frozenset()
+    names = frozenset(name.strip() for name in value.split(",") if name.strip())
+    unknown = sorted(names - set(FAST_PATHS))
+    if unknown:
+        raise ConfigurationError(f"{FAST_PATHS_ENV}={value!r} names no fast path {', '.join(unknown)}; use 0, 1 or "
+                                 f"names among {', '.join(FAST_PATHS)}")
+    return names
 
 
 def _parse_variable(variable: str, name: str, raw: str) -> Any:

@@ -226,7 +226,7 @@ class AccessPolicy:
     def admits_as_is(self, path: str, headers: HeaderLookup, local_host: str | None = None) -> bool:
         """Whether a request goes on with nothing for this layer to answer or add: not refused, and not from a web
         page (no `Origin`, so no CORS headers and no preflight). A transport may then hand it straight to its
-        surface (`EnvkitApp.surface_at_once`); any other request passes through `EnvkitApp`'s guard."""
+        surface (`envkit.transport.fast.at_once`); any other request passes through `EnvkitApp`'s guard."""
         return headers.get("origin") is None and self._check(path, headers, local_host, None) is None
 
     def _check(self, path: str, headers: HeaderLookup, local_host: str | None,

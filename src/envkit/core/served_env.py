@@ -7,22 +7,46 @@ another surface.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Coroutine, NamedTuple, Protocol
 
 from pydantic import ValidationError
 
 from ..environment import Action, Environment
 from ..model_codec import validator_for
-from ..protocol import CloseCode, ErrorCode, FrameError, error_frame
+from ..protocol import CloseCode, ErrorCode, Features, FrameError, error_frame
 from ..tools import ToolSpec
 from .access import AccessPolicy
 from .sessions import Session, SessionPool, current_client
 
-__all__ = ["ServedEnv", "Refusal", "SessionRefused", "reset_method", "summarise_validation_error"]
+__all__ = ["ServedEnv", "Refusal", "SessionRefused", "reset_method", "summarise_validation_error", "INLINE_FRAMES",
+           "FrameAnswerer", "InlineFrames"]
 
 logger = logging.getLogger("envkit.server")
+
+#: ASGI scope extension a transport may offer (its fast path `inline`): `answer_inline(answer, session, features)`
+#: returns `InlineFrames`, and from then on the transport answers the session's frames in its own callbacks with
+#: `answer`. The /ws surface takes it for `RUN_INLINE` environments; without it, frames come through the ASGI queue.
+INLINE_FRAMES = "envkit.inline_frames"
+
+
+class FrameAnswerer(Protocol):
+    """What answers one frame of a session (the /ws surface's `SessionHandler.handle`): its reply, or None to close."""
+
+    def __call__(self, session: Session, raw: str | bytes, *,
+                 features: Features) -> Coroutine[Any, Any, str | None]: ...
+
+
+class InlineFrames(Protocol):
+    """A session's frames as a transport answers them (`INLINE_FRAMES`)."""
+
+    #: The task answering a frame that had to wait, while there is one.
+    answering: asyncio.Task[None] | None
+
+    def on_message(self, raw: str | bytes) -> None:
+        """Answer one message that reached the app before the transport took over, after those before it."""
 
 
 class Refusal(NamedTuple):

@@ -349,7 +349,8 @@ class SessionPool:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._slot_waiters.append(waiter)
-        # A timer, not `asyncio.timeout`: this may run before any task does (a request answered at once, `http_at_once`).
+        # A timer, not `asyncio.timeout`: this may run before any task does (a request answered at once by the
+        # transport's fast path `at_once`).
         timer = loop.call_later(self.capacity_wait_s, _give_up, waiter)
         try:
             return await waiter

@@ -42,7 +42,7 @@ import orjson
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from ..core.inline_answers import Resumed, first_step
+from ..core.eager import Resumed, first_step
 from ..core.served_env import ServedEnv, SessionRefused
 from ..core.sessions import Session, new_session_id
 from ..environment import Environment, Observation, UnknownSplitError

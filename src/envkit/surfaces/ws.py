@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..core.served_env import Refusal, ServedEnv, summarise_validation_error
+from ..core.served_env import INLINE_FRAMES, InlineFrames, Refusal, ServedEnv, summarise_validation_error
 from ..core.sessions import Session
 from ..environment import Observation
 from ..protocol import (
@@ -37,8 +37,6 @@ from ..protocol import (
     tool_result_frame,
 )
 
-if TYPE_CHECKING:
-    from ..core.inline_answers import InlineAnswers
 
 logger = logging.getLogger("envkit.server")
 
@@ -46,11 +44,8 @@ logger = logging.getLogger("envkit.server")
 #: as OpenEnv's MCP client does, so reset/step on the socket and tool calls over HTTP play one game.
 ATTACH_PARAMETER = "session_id"
 
-__all__ = ["SessionHandler", "ATTACH_PARAMETER", "INLINE_FRAMES"]
+__all__ = ["SessionHandler", "ATTACH_PARAMETER"]
 
-#: ASGI scope extension a transport may offer: `answer_inline(handler, session, features) -> InlineAnswers` makes
-#: it answer the session's frames in its own callbacks (`uvicorn_protocols`); taken for `RUN_INLINE` environments.
-INLINE_FRAMES = "envkit.inline_frames"
 
 
 class SessionHandler:
@@ -95,7 +90,7 @@ class SessionHandler:
             await _refuse(websocket, self.served.refusal())
             return
         session: Session | None = None
-        inline: InlineAnswers | None = None
+        inline: InlineFrames | None = None
         try:
             try:
                 env = await self.served.build_for_session()
@@ -114,7 +109,7 @@ class SessionHandler:
             extensions = websocket.scope.get("extensions") or {}
             answer_inline = extensions.get(INLINE_FRAMES) if direct and self.served.inline_factory else None
             if answer_inline is not None:   # the transport answers frames in its own callbacks from now on
-                inline = answer_inline(self, session, features)
+                inline = answer_inline(self.handle, session, features)
             while session.ended is None:
                 message = await receive()
                 if message["type"] == "websocket.disconnect":

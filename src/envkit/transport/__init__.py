@@ -2,7 +2,7 @@
 
 `uvicorn_server` runs an app (`run_server`, `EnvkitServer`); `uvicorn_protocols` gives uvicorn's protocols their
 limits and quiet logs; `listener` accepts connections with descriptors in reserve; `ports` checks an address
-before anything starts. The fast paths (`fast_paths`, checked at start-up by `fast_path_checks`) are
-`ws_frames` (WebSocket frames without websockets' parser), `http_at_once` (`/mcp` and ORS without an ASGI cycle)
-and the inline answering of `envkit.core.inline_answers`; each steps aside when what it relies on changed.
+before anything starts. The fast paths are all in `fast/`, behind one seam (`fast.protocol_classes`): `/ws` frames
+answered inside uvicorn's WebSocket protocol and read without websockets' parser, `/mcp` and ORS without an ASGI
+cycle; each is checked at start-up and steps aside when what it relies on changed.
 """

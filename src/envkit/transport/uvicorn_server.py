@@ -18,9 +18,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from ..app.asgi import MAX_FRAME_BYTES, EnvkitApp
-from .fast_paths import fast_paths, log_fast_paths
+from .fast import log_fast_paths, protocol_classes
 from .listener import guarded_loop_factory
-from .uvicorn_protocols import HeadLimits, protocol_classes
+from .uvicorn_protocols import HeadLimits
 
 __all__ = ["EnvkitServer", "server_config", "run_server", "running_server", "QuietWebSocketHandshakes"]
 
@@ -59,7 +59,7 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     Keepalive pings follow the app's `ping_interval_s` / `ping_timeout_s` (see `create_app`). uvicorn's own
     proxy-header handling is off: the app's `forwarded_allow_ips` decides whom to believe, on every transport.
     `head_limits`: size and time limits on request heads and handshakes (see `envkit.transport.uvicorn_protocols`;
-    default 64 KiB and 10 s), counted in the app's metrics. The fast paths are those `envkit.transport.fast_paths` found
+    default 64 KiB and 10 s), counted in the app's metrics. The fast paths are those `envkit.transport.fast` found
     working (`ENVKIT_FAST_PATHS=0`: none); one INFO line says which are off and why.
     """
     if isinstance(app, EnvkitApp):
@@ -69,15 +69,14 @@ def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, lo
     pool = getattr(state, "envkit_pool", None)
     keepalive = {} if pool is None else {"ws_ping_interval": pool.ping_interval_s,
                                          "ws_ping_timeout": pool.ping_timeout_s}
-    paths = fast_paths()
-    http, ws = protocol_classes(head_limits or HeadLimits(getattr(state, "envkit_metrics", None)), paths)
+    http, ws = protocol_classes(head_limits or HeadLimits(getattr(state, "envkit_metrics", None)))
     settings: dict[str, Any] = {
         **keepalive, "ws": ws, "ws_max_size": MAX_FRAME_BYTES, "ws_per_message_deflate": compression,
         "timeout_graceful_shutdown": 5, "loop": "auto", "http": http,
         "lifespan": "on", "proxy_headers": False, **overrides,
     }
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **settings)
-    log_fast_paths(paths)   # after uvicorn's logging is set up
+    log_fast_paths()   # after uvicorn's logging is set up
     return config
 
 

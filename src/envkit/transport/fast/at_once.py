@@ -1,12 +1,10 @@
 """Requests to `/mcp` and ORS answered inside the default transport's protocol, with no ASGI cycle.
 
 On uvicorn, an HTTP request costs a `RequestResponseCycle`, an `asyncio.Event`, a task, ASGI
-message dicts and two writes before the surface does anything: measured with the same client, a
-bare ASGI app answering a POST cost ~40 µs of server CPU, and the same answer written from the
-protocol's own callback ~11 µs. An MCP `tools/call` or an ORS `/call` is one such request per
-step, so `AnsweredAtOnce` hands a request straight to its surface (`ExchangeEndpoint.answer`) when
-the request is a plain one the app says it may (`EnvkitApp.surface_at_once`: a path served
-directly, the access policy's yes with nothing to add), and runs the surface's coroutine inside
+message dicts and two writes before the surface does anything (docs/benchmarks.md has what that costs). An MCP
+`tools/call` or an ORS `/call` is one such request per step, so `AnsweredAtOnce` hands a request straight to its
+surface (`ExchangeEndpoint.answer`) when the request is a plain one the app says it may (`surface_at_once`: a path
+served directly, the access policy's yes with nothing to add), and runs the surface's coroutine inside
 `data_received` until it finishes or first waits; one that waits (a slot, the session's previous
 call, a worker thread) goes on in a task, and the connection's next request waits its turn
 behind it, as uvicorn queues pipelined requests. The response bytes are uvicorn's: its status
@@ -27,15 +25,17 @@ limits (they read the client address in a context variable set per request).
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from typing import Any, AsyncIterator, Callable, Coroutine, Iterable
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from ..core.inline_answers import Resumed
-from ..core.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, response_head_lines
+from ...app.asgi import EnvkitApp
+from ...core.eager import Resumed
+from ...core.http_exchange import BodyTooLarge, Exchange, ExchangeEndpoint, RawHeaders, response_head_lines
 
-__all__ = ["AnsweredAtOnce", "ExchangeAtOnce"]
+__all__ = ["AnsweredAtOnce", "ExchangeAtOnce", "surface_at_once"]
 
 logger = logging.getLogger("envkit.server")
 
@@ -43,6 +43,22 @@ _METHODS = frozenset({b"GET", b"POST", b"DELETE"})
 _CLOSE = b"connection: close\r\n"
 _INTERNAL_ERROR = b"Internal Server Error"
 SurfaceFinder = Callable[[str, list[tuple[bytes, bytes]], "str | None"], "ExchangeEndpoint | None"]
+
+
+def surface_at_once(app: EnvkitApp, path: str, headers: list[tuple[bytes, bytes]],
+                    local_host: str | None) -> ExchangeEndpoint | None:
+    """The surface that answers this request with no ASGI cycle: a path `app` serves directly, in an app with no
+    middleware, that the access policy lets through as it is (`admits_as_is`: no refusal to send, no CORS headers to
+    add) and with no client to count. None: the request takes the ASGI path, which answers it."""
+    endpoint = app.direct_http.get(path)
+    if endpoint is None or app.user_middleware or app.root_path:
+        return None
+    if app.access is not None and not app.access.admits_as_is(path, RawHeaders(headers), local_host):
+        return None
+    served = app.served
+    if served is not None and served.pool.max_sessions_per_client is not None:
+        return None
+    return endpoint
 
 
 class _DefaultHeadersBlock:
@@ -161,7 +177,7 @@ class ExchangeAtOnce(Exchange):
         answer = self.endpoint.answer(self)
         context = contextvars.copy_context()
         try:
-            waiting_on = context.run(answer.send, None)   # as `inline_answers.first_step`, without its call
+            waiting_on = context.run(answer.send, None)   # as `eager.first_step`, without its call
         except StopIteration:
             self._returned()
             return
@@ -257,7 +273,7 @@ class _Repeat:
 
 
 class AnsweredAtOnce:
-    """Mixin for uvicorn's httptools protocol: the requests `EnvkitApp.surface_at_once` names are answered by
+    """Mixin for uvicorn's httptools protocol: the requests `surface_at_once` names are answered by
     `ExchangeAtOnce`, every other request by uvicorn's cycle as before."""
 
     app: Any
@@ -272,7 +288,10 @@ class AnsweredAtOnce:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._surface_at_once: SurfaceFinder | None = getattr(self.app, "surface_at_once", None)
+        app = self.app   # an `EnvkitApp`, or (the start-up check's) an app with a `surface_at_once` of its own
+        self._surface_at_once: SurfaceFinder | None = (functools.partial(surface_at_once, app)
+                                                       if isinstance(app, EnvkitApp)
+                                                       else getattr(app, "surface_at_once", None))
         self._at_once: ExchangeAtOnce | None = None
         # The last request handed to a surface (its request line and every header but its length) and that surface:
         # a connection's calls usually repeat both, and the answer depends on nothing else (see `_surface_for`).
@@ -290,7 +309,7 @@ class AnsweredAtOnce:
             exchange = repeat.exchange_for(self, data)
             if exchange is not None:   # the last request again: what the parser's callbacks would do, without them
                 self._unset_keepalive_if_required()  # type: ignore[attr-defined]
-                self._head_done()  # type: ignore[attr-defined]
+                self.head_arrived()
                 exchange.start()
                 return
         between, self._begun, self._admitted = self._between_messages, 0, None
@@ -298,6 +317,9 @@ class AnsweredAtOnce:
         admitted = self._admitted
         if between and self._begun == 1 and admitted is not None and self._between_messages:
             self._repeat = _Repeat.of(data, admitted) or self._repeat
+
+    def head_arrived(self) -> None:
+        """A request's head arrived in time (`uvicorn_protocols` stops timing it)."""
 
     def on_message_begin(self) -> None:
         # uvicorn builds the request's ASGI scope here; a request answered at once needs none, so it is built only
@@ -313,7 +335,7 @@ class AnsweredAtOnce:
         exchange = self._exchange_at_once()
         if exchange is not None:
             self._at_once = self._admitted = exchange
-            self._head_done()  # type: ignore[attr-defined]  # `uvicorn_protocols`: its head arrived in time
+            self.head_arrived()
             return
         url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
         super().on_message_begin()  # type: ignore[misc]  # the scope, and empty headers in it: refilled

@@ -1,17 +1,16 @@
 """An open WebSocket connection's everyday frames, read and written without websockets' parser.
 
-websockets' sans-I/O protocol reads each frame through a chain of generators and builds a `Frame` object
-for every message and every reply: about 5 µs of server CPU per step, a fifth of what a step costs the
-default transport. Once a connection is open, a client's frames are nearly always of the simplest kind:
-final, masked, unextended text or binary frames, now and then a ping or a pong. `FrameReader` reads
-those itself. At the first frame of any other kind (a close, a fragment, reserved bits or opcodes, an
-unmasked frame, one over the size limit) it hands that frame and every byte after it to websockets,
-which answers it exactly as it always did, and reads nothing more itself. `server_frame` writes the
+websockets' sans-I/O protocol reads each frame through a chain of generators and builds a `Frame` object for every
+message and every reply (docs/benchmarks.md has what that costs a step). Once a connection is open, a client's
+frames are nearly always of the simplest kind: final, masked, unextended text or binary frames, now and then a ping
+or a pong. `FrameReader` reads those itself. At the first frame of any other kind (a close, a fragment, reserved
+bits or opcodes, an unmasked frame, one over the size limit) it hands that frame and every byte after it to
+websockets, which answers it exactly as it always did, and reads nothing more itself. `server_frame` writes the
 server's side (final, unmasked).
 
 It takes over only where websockets has nothing half-read (`between_frames`) and no extension such as
-permessage-deflate was negotiated, and only where `envkit.transport.fast_paths` found at start-up that websockets'
-parser, size limits and `apply_mask` behave as this module reads them (the `frames` fast path).
+permessage-deflate was negotiated, and only where `envkit.transport.fast` found at start-up that websockets' parser, size
+limits and `apply_mask` behave as this module reads them (the `frames` fast path).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The start-up checks of `envkit.transport.fast_paths`: each fast path's protocol classes fed known bytes on a
+"""The start-up checks of `envkit.transport.fast`: each fast path's protocol classes fed known bytes on a
 private loop.
 
 Each check raises `FastPathBroken` (or whatever the changed internals raise) when what it is fed does not come
@@ -17,10 +17,11 @@ from uvicorn.server import ServerState
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
-from ..core.http_exchange import Exchange, ExchangeEndpoint
-from ..surfaces.ws import INLINE_FRAMES
-from .uvicorn_protocols import FastPaths
-from .ws_frames import PING, PONG, TEXT, FrameReader, between_frames, frame_size_limit, server_frame
+from ...core.http_exchange import Exchange, ExchangeEndpoint
+from ...core.served_env import INLINE_FRAMES
+from ..uvicorn_protocols import HeadLimits, protocol_classes
+from .frames import PING, PONG, TEXT, FrameReader, between_frames, frame_size_limit, server_frame
+from .inline import InlineWebSocket, InlineWebSocketReadingFrames
 
 __all__ = ["FastPathBroken", "check_frames", "check_websocket", "check_http", "masked", "MemoryTransport",
            "connect_protocol", "probe_config", "run_until_idle"]
@@ -28,7 +29,7 @@ __all__ = ["FastPathBroken", "check_frames", "check_websocket", "check_http", "m
 _MASK = b"\x1f\x2e\x3d\x4c"
 #: The probes' protocols log nothing: what they are fed is not a client's. (Outside `logging`'s registry, which
 #: uvicorn's logging set-up would enable again.)
-_SILENT = logging.Logger("envkit.transport.fast_path_checks", logging.CRITICAL + 1)
+_SILENT = logging.Logger("envkit.transport.fast.checks", logging.CRITICAL + 1)
 _SILENT.disabled = True
 
 
@@ -144,10 +145,10 @@ def connect_protocol(protocol_class: type, app: Any, loop: asyncio.AbstractEvent
 
 
 def check_frames() -> None:
-    """websockets' parser as `ws_frames` reads it (between frames, its size limit, `apply_mask`), and the
+    """websockets' parser as `frames` reads it (between frames, its size limit, `apply_mask`), and the
     WebSocket protocol with `FrameReader` reading frames."""
     conn = Protocol(Side.SERVER, max_size=1000)
-    expect(frame_size_limit(conn) == 1000, "websockets' size limit is not where ws_frames reads it")
+    expect(frame_size_limit(conn) == 1000, "websockets' size limit is not where the frames fast path reads it")
     expect(between_frames(conn), "a fresh websockets parser does not wait at the start of a frame")
     frame = masked(TEXT, b"hello")
     conn.receive_data(frame[:3])
@@ -196,12 +197,10 @@ class _WebSocketApp:
 def check_websocket(*, read_frames: bool) -> None:
     """uvicorn's WebSocket protocol with inline answers (and `FrameReader`, if `read_frames`): a handshake,
     whole, fragmented, binary and control frames, a reply, then a close."""
-    from .uvicorn_protocols import HeadLimits, protocol_classes
-
     loop = asyncio.get_event_loop()
-    paths = FastPaths(inline=True, frames=read_frames)
+    mixin = InlineWebSocketReadingFrames if read_frames else InlineWebSocket
     app = _WebSocketApp()
-    protocol, transport = connect_protocol(protocol_classes(HeadLimits(), paths)[1], app, loop)
+    protocol, transport = connect_protocol(protocol_classes(HeadLimits(), (), (mixin,))[1], app, loop)
     protocol.data_received(_HANDSHAKE)
     run_until_idle(loop)
     expect(transport.take().startswith(b"HTTP/1.1 101 "), "the handshake was not accepted")
@@ -267,11 +266,10 @@ def _bodies(data: bytes) -> list[bytes]:
 def check_http() -> None:
     """uvicorn's httptools protocol with requests answered at once: a request, its repeat, a request pipelined
     behind one that takes uvicorn's cycle, a body split across reads; every response in order."""
-    from .uvicorn_protocols import AT_ONCE_IMPORT_ERROR, HeadLimits, protocol_classes
+    from .at_once import AnsweredAtOnce   # ImportError: httptools is not installed, or uvicorn's module changed
 
-    expect(AT_ONCE_IMPORT_ERROR is None, f"envkit.transport.http_at_once cannot be imported: {AT_ONCE_IMPORT_ERROR}")
     loop = asyncio.get_event_loop()
-    http_class = protocol_classes(HeadLimits(), FastPaths(at_once=True))[0]
+    http_class = protocol_classes(HeadLimits(), (AnsweredAtOnce,))[0]
     expect(hasattr(http_class, "_exchange_at_once"), "httptools is not installed")
     protocol, transport = connect_protocol(http_class, _HttpApp(), loop)
     for data in (_request("/at-once", b"abc"), _request("/at-once", b"hello"),
