@@ -4,6 +4,7 @@
 #   bash scripts/docker_engine.sh start   # install, start (or reuse), make the base image
 #   eval "$(bash scripts/docker_engine.sh start | tail -1)"   # ... and point DOCKER_HOST at it
 #   bash scripts/docker_engine.sh stop    # stop it and undo what it changed
+#   bash scripts/docker_engine.sh status  # exit 0 when this script's engine runs and answers
 #
 # `start` installs Debian's docker.io and debootstrap when missing, starts dockerd in isolated
 # mode (no iptables rules, no IP forwarding: the host network is left alone; containers publish
@@ -145,8 +146,15 @@ stop() {
     say "stopped"
 }
 
+status() {
+    local pid
+    pid=$(engine_pid) && answers || { say "no engine of this script's runs in $DIR"; return 1; }
+    say "dockerd $pid answers on $SOCK"
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    *) echo "usage: bash $0 start|stop" >&2; exit 2 ;;
+    status) status ;;
+    *) echo "usage: bash $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -2,6 +2,9 @@
 
     from docker_engine import docker_engine  # a fixture: a `docker.DockerClient`, or the test skips
 
+Images are built with the docker CLI as a user would (`docker build --network host`: the engine runs in isolated
+mode, so a build has no route out but the host's), once per test session each.
+
 Without an engine the tests skip with one line saying how to start one; with ENVKIT_REQUIRE_DOCKER=1 (set by
 .ci/run, which starts the engine) that line fails the test instead.
 """
@@ -9,6 +12,8 @@ Without an engine the tests skip with one line saying how to start one; with ENV
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_SCRIPT = REPO / "scripts" / "docker_engine.sh"
+#: Tags of the images the tests build; `docker image ls 'envkit-test-*'` lists them.
+TAG_PREFIX = "envkit-test-"
+_built: dict[str, str] = {}   # tag -> image id, for this test session
 
 
 def engine_host() -> str:
@@ -58,3 +66,35 @@ def docker_engine() -> Any:
     client = docker.DockerClient(base_url=engine_host(), timeout=120)
     yield client
     client.close()
+
+
+def envkit_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `envkit ARGS` in a subprocess (this checkout's envkit)."""
+    return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def build_image(name: str, context: Path) -> str:
+    """`docker build` CONTEXT as `envkit-test-NAME` once per test session; returns the tag."""
+    tag = TAG_PREFIX + name
+    if tag not in _built:
+        done = subprocess.run(["docker", "build", "--network", "host", "--quiet", "--tag", tag, str(context)],
+                              capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "DOCKER_HOST": engine_host(), "DOCKER_BUILDKIT": "0"})
+        assert done.returncode == 0, f"docker build of {context} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        _built[tag] = done.stdout.strip()
+    return tag
+
+
+def staged_env_image(name: str, env_folder: Path, stage_dir: Path) -> str:
+    """The image of an env folder as its Space builds it: `envkit push --dry-run`, then `docker build` the stage."""
+    if TAG_PREFIX + name not in _built:
+        staged = envkit_cli("push", str(env_folder), "--dry-run", "--stage-dir", str(stage_dir))
+        assert staged.returncode == 0, staged.stderr
+    return build_image(name, stage_dir)
+
+
+@pytest.fixture(scope="session")
+def root_image(docker_engine: Any) -> str:
+    """The repository's own image (the top-level Dockerfile)."""
+    return build_image("root", REPO)
