@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "Check an env folder, a module:Class or a running server."),
     "new": ("new", "Create a new env folder from the template."),
     "push": ("push", "Publish an env folder as a Hugging Face Space."),
+    "containers": ("containers", "List the containers from_docker_image started; remove those whose client is gone."),
     "bench": ("bench", "Load a running server with concurrent sessions and report steps/s, latency, failures."),
 }
 

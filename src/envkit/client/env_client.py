@@ -32,8 +32,6 @@ from .urls import http_url, websocket_url
 __all__ = ["EnvClient", "SyncEnvClient", "StepResult", "ToolResult"]
 
 T = TypeVar("T")
-#: The options of `from_docker_image` that go to `start_container` rather than the client.
-_CONTAINER_OPTIONS = ("docker_client", "container_port", "env_vars", "startup_timeout", "poll_interval", "run_options")
 
 
 @dataclass
@@ -141,12 +139,15 @@ class EnvClient:
         """Start `image` with the Docker SDK and return a client for it; closing the client stops the container.
 
         Blocks until the container answers `/health`. Options: those of `envkit.client.docker.start_container`
-        (`env_vars`, `startup_timeout`, `docker_client`, `container_port`, `poll_interval`, `run_options`); the
-        rest go to the constructor.
+        (`env_vars`, `memory`, `cpus`, `pids_limit`, `startup_timeout`, `docker_client`, `container_port`,
+        `poll_interval`, `run_options`); the rest go to the constructor.
         """
+        import inspect
+
         from .docker import start_container
 
-        container_options = {name: options.pop(name) for name in _CONTAINER_OPTIONS if name in options}
+        container_options = {name: options.pop(name) for name in inspect.signature(start_container).parameters
+                             if name in options}
         running = start_container(image, **container_options)
         try:
             client = cls(running.url, **options)
