@@ -1,7 +1,7 @@
 """The local backend: each sandbox is a bubblewrap process with the agent as process 1 of fresh namespaces.
 
 Isolation comes from bubblewrap: new user, pid, network, mount, ipc, uts and cgroup namespaces; no way to make
-further user namespaces; read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as
+further user namespaces; a read-only root with read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as
 tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); uid and gid 65534 inside. Run as root,
 each sandbox's processes also run as a host uid of their own, so no two sandboxes share a process count or may
 signal each other; cgroups bound memory and process count for the whole sandbox where they are writable.
@@ -67,7 +67,7 @@ class Facilities:
             elif os.path.exists(folder):
                 argv += ["--ro-bind", folder, folder]
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", disk, "--tmpfs", "/tmp", "--size", disk,
-                 "--tmpfs", WORKDIR, "--chdir", WORKDIR, "--clearenv", "--setenv", "PATH",
+                 "--tmpfs", WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR, "--clearenv", "--setenv", "PATH",
                  "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", WORKDIR, "--setenv", "LANG", "C.UTF-8", "--"]
         return argv
 
