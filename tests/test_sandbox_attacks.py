@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sandbox_env import LIMITS, SandboxEnvironment, ShellAction, ShellObservation
-from sandbox_helpers import BACKENDS
+from sandbox_helpers import BACKENDS, require
 
 import envkit
 from envkit import EnvClient
@@ -39,6 +39,7 @@ class Served:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    require(request.param)
     patch = pytest.MonkeyPatch()
     patch.setenv("ENVKIT_SANDBOX", request.param)
     app = create_app(SandboxEnvironment, ShellAction, ShellObservation, max_concurrent_envs=4)
