@@ -20,7 +20,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from envkit.sandbox import SandboxLimits, SandboxUnavailableError, close_pools, open_sandbox  # noqa: E402
+from envkit.sandbox import Sandbox, SandboxLimits, SandboxUnavailableError, close_pools, open_sandbox  # noqa: E402
 from envkit.sandbox.base import Uids  # noqa: E402
 from envkit.sandbox.local import LocalSandbox, local_facilities  # noqa: E402
 from envkit.sandbox.pool import pool_for  # noqa: E402
@@ -30,12 +30,15 @@ LIMITS = SandboxLimits()
 
 
 def timed(action: Callable[[], object], times: int, between: Callable[[], None] = lambda: None) -> list[float]:
+    """Seconds each of `times` calls of `action` took; whatever it returns is closed afterwards, untimed."""
     seconds = []
     for _ in range(times):
         between()
         start = time.perf_counter()
-        action()
+        made = action()
         seconds.append(time.perf_counter() - start)
+        if hasattr(made, "close"):
+            made.close()
     return seconds
 
 
@@ -45,9 +48,11 @@ def row(name: str, seconds: list[float]) -> None:
     print(f"  {name:<44} p50 {statistics.median(ms):8.1f} ms   p99 {p99:8.1f} ms   (n={len(ms)})")
 
 
-def first_result(backend: str) -> None:
-    with open_sandbox(backend) as box:
-        assert box.run("true").exit_code == 0
+def first_result(backend: str) -> Sandbox:
+    """A sandbox opened and its first command answered (the caller closes it)."""
+    box = open_sandbox(backend)
+    assert box.run("true").exit_code == 0
+    return box
 
 
 def wait_warm(key: tuple) -> Callable[[], None]:
@@ -58,11 +63,11 @@ def wait_warm(key: tuple) -> Callable[[], None]:
     return wait
 
 
-def cold(make: Callable[[], object]) -> Callable[[], None]:
-    def run() -> None:
+def cold(make: Callable[[], Sandbox]) -> Callable[[], Sandbox]:
+    def run() -> Sandbox:
         box = make().start().wait_ready()
         box.run("true")
-        box.close()
+        return box
     return run
 
 
@@ -99,7 +104,7 @@ def churn(backend: str, count: int) -> None:
     mounts = len(Path("/proc/self/mountinfo").read_text().splitlines())
     start = time.perf_counter()
     for _ in range(count):
-        first_result(backend)
+        first_result(backend).close()
     seconds = time.perf_counter() - start
     close_pools()
     time.sleep(1)
@@ -116,6 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     facilities = local_facilities()
     print(facilities.describe())
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     try:
         from envkit.sandbox.docker import DockerSandbox, docker_facilities
         docker_facilities().check_image(IMAGE)
@@ -128,14 +134,14 @@ def main() -> None:
     row("bare subprocess `true` (reference)", timed(lambda: subprocess.run(["true"]), args.runs))
     bwrap = [*facilities.bwrap_argv(LIMITS), "true"]
     row("bwrap ... true (reference)", timed(lambda: subprocess.run(bwrap), args.runs))
-    first_result("local")
+    first_result("local").close()
     row("local, warm pool", timed(lambda: first_result("local"), args.runs, wait_warm(("local", LIMITS))))
     row("local, cold", timed(cold(lambda: LocalSandbox(LIMITS)), args.runs))
     if docker:
         runs = max(5, args.runs // 5)
         docker_true = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
         row(f"docker run --rm {IMAGE} true (reference)", timed(lambda: subprocess.run(docker_true), runs))
-        first_result("docker")
+        first_result("docker").close()
         row("docker, warm pool", timed(lambda: first_result("docker"), runs * 2,
                                        wait_warm(("docker", LIMITS, IMAGE))))
         row("docker, cold", timed(cold(lambda: DockerSandbox(LIMITS, IMAGE)), runs))
@@ -153,6 +159,7 @@ def main() -> None:
     churn("local", args.churn)
     if docker:
         churn("docker", max(10, args.churn // 10))
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
