@@ -1,0 +1,71 @@
+"""Sandboxes: a session's untrusted commands run isolated, with limits, and end with the session.
+
+    from envkit.sandbox import open_sandbox, SandboxLimits
+
+    with open_sandbox(limits=SandboxLimits(wall_s=5)) as box:
+        box.write_file("main.py", "print(6 * 7)")
+        print(box.run("python3 main.py").stdout)       # 42
+
+Backends: "local" (bubblewrap), "docker" (a container per session), "auto" (local if bubblewrap works here, else
+docker, else `SandboxUnavailableError` naming what to install); `ENVKIT_SANDBOX=local|docker` chooses for "auto".
+See docs/environments.md#sandboxes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import RunResult, Sandbox, SandboxError, SandboxLimits, SandboxPathError, SandboxUnavailableError
+from .pool import close_pools, pool_for
+
+__all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxPathError",
+           "SandboxUnavailableError", "close_pools", "BACKENDS"]
+
+BACKENDS = ("auto", "local", "docker")
+#: The image a docker sandbox runs when none is named.
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, image: str | None = None) -> Sandbox:
+    """A started sandbox, ready for its first command; close it (or use `with`) when its session ends.
+
+    Args:
+        backend: "local", "docker" or "auto" (see the module's docstring).
+        limits: what the sandbox may use; default `SandboxLimits()`.
+        image: the docker backend's image (default python:3.11-slim); naming one makes "auto" choose docker.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    limits = SandboxLimits() if limits is None else limits
+    if not isinstance(limits, SandboxLimits):
+        raise ValueError(f"limits must be a SandboxLimits; got {type(limits).__name__}")
+    chosen = _choose(backend, image)
+    if chosen == "local":
+        if image is not None:
+            raise ValueError("the local backend runs the host's /usr, not an image; leave image out or use docker")
+        from .local import LocalSandbox
+        return pool_for(("local", limits), lambda: LocalSandbox(limits)).take()
+    from .docker import DockerSandbox, docker_facilities
+    image = image or DEFAULT_IMAGE
+    docker_facilities().check_image(image)
+    return pool_for(("docker", limits, image), lambda: DockerSandbox(limits, image)).take()
+
+
+def _choose(backend: str, image: str | None) -> str:
+    if backend == "auto":
+        backend = os.environ.get("ENVKIT_SANDBOX", "auto")
+        if backend not in BACKENDS:
+            raise ValueError(f"ENVKIT_SANDBOX={backend!r} is not a sandbox backend; choose local or docker")
+    if backend != "auto":
+        return backend
+    from .docker import docker_facilities
+    from .local import local_facilities
+    order = [("local", local_facilities)] if image is None else []
+    reasons = []
+    for name, check in order + [("docker", docker_facilities)]:
+        try:
+            check()
+            return name
+        except SandboxUnavailableError as error:
+            reasons.append(str(error))
+    raise SandboxUnavailableError("no sandbox backend here: " + "; ".join(reasons))

@@ -1,0 +1,218 @@
+"""The program that runs inside every sandbox, as its process 1: it runs commands and moves files for the host.
+
+Started as `python3 -I -S -c SOURCE LIMITS_JSON` by both backends (bubblewrap with `--as-pid-1`, a container's
+command), it reads one JSON request a line on stdin and answers one JSON line on stdout. Being process 1 of the
+sandbox's pid namespace, it ends every other process there after each command (`kill(-1, SIGKILL)`), and when its
+stdin closes (the session closed, or the server died) it exits, which ends the whole namespace.
+
+Standard library only: it runs on whatever Python the sandbox has.
+"""
+
+import base64
+import json
+import os
+import resource
+import selectors
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+WORKDIR = "/work"
+CHUNK = 65536
+
+
+class PathRefused(Exception):
+    """A file request for a path outside the work folder, or not a regular file."""
+
+
+def reply(answer):
+    sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def end_others():
+    """SIGKILL every process of the sandbox but this one and reap them; as process 1, orphans come back to us."""
+    statuses = {}
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return statuses
+        statuses[pid] = status
+
+
+def command_limits(limits):
+    """The rlimits every command starts under (CPU and memory are per process; processes are per uid)."""
+    cpu = max(1, int(limits["cpu_s"] + 0.999))
+    memory = limits["memory_mb"] << 20
+    disk = limits["disk_mb"] << 20
+
+    def apply():
+        for name, value, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
+                                  (resource.RLIMIT_FSIZE, disk, disk), (resource.RLIMIT_NOFILE, 256, 256),
+                                  (resource.RLIMIT_NPROC, limits["processes"], limits["processes"]),
+                                  (resource.RLIMIT_CORE, 0, 0)):
+            resource.setrlimit(name, (value, hard))
+    return apply
+
+
+def run(request, limits):
+    argv = request["argv"]
+    pass_fds = ()
+    if request.get("python") is not None:   # the source travels in a memory file: no size limit, nothing on disk
+        script = os.memfd_create("main.py", 0)
+        os.write(script, request["python"].encode())
+        argv, pass_fds = ["python3", f"/proc/self/fd/{script}"], (script,)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   cwd=WORKDIR, start_new_session=True, pass_fds=pass_fds,
+                                   preexec_fn=command_limits(limits))
+    except OSError as error:
+        return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(
+            f"{argv[0]}: {error.strerror}\n".encode()).decode(), "timed_out": False, "truncated": False,
+            "duration_s": time.monotonic() - started}
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+    output, truncated, timed_out, status = collect(process, request, limits, started)
+    return {"exit_code": None if timed_out else os.waitstatus_to_exitcode(status),
+            "stdout": base64.b64encode(output["stdout"]).decode(), "stderr": base64.b64encode(output["stderr"]).decode(),
+            "timed_out": timed_out, "truncated": truncated, "duration_s": time.monotonic() - started}
+
+
+def collect(process, request, limits, started):
+    """Feed stdin, read both outputs up to the cap, and end everything when the command ends or its time is up."""
+    cap = limits["output_bytes"]
+    deadline = started + request["timeout_s"]
+    output = {"stdout": bytearray(), "stderr": bytearray()}
+    truncated = timed_out = False
+    status = None
+    pending = base64.b64decode(request["stdin"]) if request.get("stdin") else b""
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    exited = os.pidfd_open(process.pid)
+    selector.register(exited, selectors.EVENT_READ, "exit")
+    if pending:
+        os.set_blocking(process.stdin.fileno(), False)
+        selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
+    else:
+        process.stdin.close()
+    while status is None or selector.get_map():
+        wait = None if status is not None else max(0.0, deadline - time.monotonic())
+        events = selector.select(wait)
+        if not events and status is None:     # out of time: the command and all it started end now
+            timed_out = True
+            status = end_others().get(process.pid, 0)
+            selector.unregister(exited)
+        for key, _ in events:
+            if key.data == "exit":
+                status = os.waitpid(process.pid, 0)[1]
+                end_others()                   # background processes die with their command
+                selector.unregister(exited)
+            elif key.data == "stdin":
+                try:
+                    pending = pending[os.write(key.fd, pending[:CHUNK]):]
+                except BrokenPipeError:
+                    pending = b""
+                if not pending:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+            else:
+                chunk = os.read(key.fd, CHUNK)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                kept = output[key.data]
+                room = cap - len(kept)
+                if len(chunk) > room:
+                    truncated = True
+                kept += chunk[:max(0, room)]
+    os.close(exited)
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if not stream.closed:
+            stream.close()
+    return output, truncated, timed_out, status
+
+
+def resolve(path, must_exist):
+    """The real path of `path` in the work folder; refuses anything that is, or leads, outside it."""
+    full = os.path.realpath(os.path.join(WORKDIR, path))
+    if full != WORKDIR and not full.startswith(WORKDIR + "/"):
+        raise PathRefused(f"{path!r} leads outside the work folder {WORKDIR}")
+    if must_exist and not os.path.lexists(full):
+        raise PathRefused(f"no file {path!r} in the work folder")
+    return full
+
+
+def open_checked(full, path, flags):
+    """Open a resolved path without following a symlink put there since, and only if it is a regular file."""
+    try:
+        fd = os.open(full, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except IsADirectoryError:
+        raise PathRefused(f"{path!r} is a folder, not a file") from None
+    except OSError as error:
+        if error.errno == 40:   # ELOOP: the last part became a symlink
+            raise PathRefused(f"{path!r} is a symlink") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PathRefused(f"{path!r} is not a regular file")
+    return fd
+
+
+def write(request, limits):
+    full = resolve(request["path"], must_exist=False)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    resolve(os.path.relpath(os.path.dirname(full), WORKDIR), must_exist=True)
+    fd = open_checked(full, request["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        data = base64.b64decode(request["data"])
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    return {}
+
+
+def read(request, limits):
+    fd = open_checked(resolve(request["path"], must_exist=True), request["path"], os.O_RDONLY)
+    try:
+        data = bytearray()
+        while chunk := os.read(fd, CHUNK):
+            data += chunk
+    finally:
+        os.close(fd)
+    return {"data": base64.b64encode(data).decode()}
+
+
+HANDLERS = {"run": run, "write": write, "read": read}
+
+
+def main():
+    limits = json.loads(sys.argv[1])
+    os.chdir(WORKDIR)
+    reply({"ready": True, "pid": os.getpid()})
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            answer = HANDLERS[request["op"]](request, limits)
+        except PathRefused as error:
+            answer = {"error": "path", "message": str(error)}
+        except OSError as error:
+            answer = {"error": "os", "message": f"{request.get('path', request['op'])}: {error.strerror}"}
+        except Exception as error:   # the sandbox must outlive a request it could not serve
+            answer = {"error": "agent", "message": f"{type(error).__name__}: {error}"}
+        reply(answer)
+    end_others()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""What every sandbox backend shares: limits, results, errors, and `Sandbox`, which talks to the agent inside.
+
+A sandbox is one host process (bubblewrap, or `docker run -i`) whose process 1 inside is `agent.py`; the host writes
+one JSON request a line to its stdin and reads one JSON answer a line from its stdout. Closing stdin ends the agent,
+and with it every process of the sandbox; so does the server's death, which closes that pipe too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Sequence, TypeVar
+
+__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxPathError", "SandboxUnavailableError"]
+
+T = TypeVar("T")
+
+#: The work folder as commands see it.
+WORKDIR = "/work"
+#: Seconds the host waits past a command's own timeout before it gives up on the agent and ends the sandbox.
+GRACE_S = 5.0
+#: Seconds a new sandbox may take to say it is ready.
+START_TIMEOUT_S = 60.0
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not do what was asked (it is closed, was ended, or an OS error inside)."""
+
+
+class SandboxPathError(SandboxError, ValueError):
+    """A file path that leads outside the work folder, through a symlink out, or to something not a file."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """No backend can run here; the message names what to install or start."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one sandbox may use. Time limits are per command; the others hold for the whole sandbox."""
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 512
+    processes: int = 64
+    output_bytes: int = 1_000_000
+    disk_mb: int = 256
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number; got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a command ended. `exit_code` is None when the wall timeout ended it, negative when a signal did."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """The command exited with 0 in time."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+#: Memory the agent takes beside the commands', added to a sandbox's memory cgroup.
+OVERHEAD_MB = 64
+
+
+def total_memory_mb(limits: SandboxLimits) -> int:
+    """A whole sandbox's memory cgroup: its processes' memory, its two tmpfs (work folder and /tmp), the agent."""
+    return limits.memory_mb + 2 * limits.disk_mb + OVERHEAD_MB
+
+
+def once(make: Callable[[], T]) -> Callable[[], T]:
+    """`make()`'s result, made by the first caller while any others wait (a backend's checks run once)."""
+    lock = threading.Lock()
+    made: list[T] = []
+
+    def get() -> T:
+        with lock:
+            if not made:
+                made.append(make())
+            return made[0]
+    return get
+
+
+class Uids:
+    """Host uids for sandboxes: a block per server process, one uid per open sandbox, so that no two sandboxes
+    share a process count (RLIMIT_NPROC is per uid) or may signal each other."""
+
+    BASE, PER_SERVER, BLOCKS = 1_000_000, 1024, 4096
+
+    def __init__(self) -> None:
+        self._taken: set[int] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def base(self) -> int:
+        """The first uid of this process's block (read at each use: a forked worker has a block of its own)."""
+        return self.BASE + (os.getpid() % self.BLOCKS) * self.PER_SERVER
+
+    def take(self) -> int:
+        with self._lock:
+            for uid in range(self.base, self.base + self.PER_SERVER):
+                if uid not in self._taken:
+                    self._taken.add(uid)
+                    return uid
+        raise SandboxUnavailableError(f"{self.PER_SERVER} sandboxes are open in this process, the most it holds")
+
+    def give_back(self, uid: int) -> None:
+        with self._lock:
+            self._taken.discard(uid)
+
+
+UIDS = Uids()
+
+
+#: The agent's command line: it reads its own source as the first line of its stdin (a JSON string).
+BOOTSTRAP = "import sys, json; exec(json.loads(sys.stdin.buffer.readline()))"
+
+
+@cache
+def agent_source() -> str:
+    return (Path(__file__).parent / "agent.py").read_text()
+
+
+@cache
+def _spawner() -> ThreadPoolExecutor:
+    """The one thread that starts sandbox processes. bubblewrap's `--die-with-parent` ties a sandbox to the thread
+    that started it; this thread lives as long as the process, so a sandbox never dies with a worker thread."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="envkit-sandbox-spawn")
+
+
+def relative_path(path: str) -> str:
+    """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the agent
+    then refuses symlinks that lead out)."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
+    if path.startswith("/") and path != WORKDIR and not path.startswith(WORKDIR + "/"):
+        raise SandboxPathError(f"{path!r} is outside the work folder {WORKDIR}; give a path inside it")
+    if ".." in path.split("/"):
+        raise SandboxPathError(f"{path!r} contains '..'; give a path inside the work folder {WORKDIR}")
+    return path[len(WORKDIR):].lstrip("/") or "." if path.startswith("/") else path
+
+
+class Sandbox:
+    """One session's isolated place to run commands, with a private work folder at `workdir`.
+
+    Backends subclass it and say how to start the host process (`_argv`, `_before_exec`) and what to remove
+    after it (`_cleanup`). Not for concurrent use from several threads (calls are serialised).
+    """
+
+    backend: ClassVar[str]
+    workdir: str = WORKDIR
+
+    def __init__(self, limits: SandboxLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pending = bytearray()
+        self._closed = False
+        self._broken: str | None = None
+
+    # -- what a backend provides
+
+    def _argv(self, agent: list[str]) -> list[str]:
+        """The host command that runs `agent` (the agent's own command line) inside the sandbox."""
+        raise NotImplementedError
+
+    def _before_exec(self) -> None:
+        """Runs in the child between fork and exec (joins cgroups, drops privileges); default nothing."""
+
+    def _cleanup(self) -> None:
+        """Remove what the sandbox left on the host once its process has ended; default nothing."""
+
+    # -- life
+
+    def start(self) -> Sandbox:
+        """Start the sandbox's process; `wait_ready` then waits for the agent's first line."""
+        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits))])
+        try:
+            self._process = _spawner().submit(
+                subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=self._before_exec).result()
+            self._process.stdin.write(json.dumps(agent_source()).encode() + b"\n")
+            self._process.stdin.flush()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> Sandbox:
+        answer = self._read_answer(time.monotonic() + timeout_s)
+        if answer is None or not answer.get("ready"):
+            assert self._process is not None and self._process.stderr is not None
+            self._kill()
+            self._process.wait()
+            said = self._process.stderr.read(4096).decode(errors="replace").strip()
+            self.close()
+            raise SandboxError(f"the {self.backend} sandbox did not start: {said or f'no answer in {timeout_s:g}s'}")
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._broken is None and self._process is not None and self._process.poll() is None
+
+    def close(self) -> None:
+        """End every process of the sandbox and remove its work folder; idempotent. A command still running (on
+        another thread) is ended at once; its caller gets a SandboxError."""
+        if not self._lock.acquire(blocking=False):
+            self._broken = "the sandbox was closed while the command ran"
+            if self._process is not None:
+                self._kill()
+            self._lock.acquire()
+        try:
+            if self._closed:
+                return
+            self._closed = True
+            self._end_process()
+        finally:
+            self._lock.release()
+
+    def _end_process(self) -> None:
+        process = self._process
+        if process is not None:
+            try:
+                process.stdin.close()      # the agent exits on EOF; process 1 gone ends the namespace
+            except OSError:
+                pass
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._kill()
+                process.wait()
+            process.stdout.close()
+            process.stderr.close()
+        self._cleanup()
+
+    def _kill(self) -> None:
+        """End the sandbox at once (its agent stopped answering)."""
+        assert self._process is not None
+        try:
+            os.killpg(self._process.pid, 9)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and getattr(self, "_process", None) is not None:
+            self.close()
+
+    # -- requests
+
+    def run(self, command: str | Sequence[str], *, timeout_s: float | None = None,
+            stdin: str | bytes | None = None) -> RunResult:
+        """Run `command` (a string through `/bin/sh -c`, or an argument list) in the work folder."""
+        if isinstance(command, str):
+            argv = ["/bin/sh", "-c", command]
+        elif command and all(isinstance(part, str) for part in command):
+            argv = list(command)
+        else:
+            raise ValueError(f"a command is a string or a non-empty list of strings; got {command!r}")
+        return self._run({"argv": argv}, timeout_s, stdin)
+
+    def run_python(self, source: str, *, timeout_s: float | None = None,
+                   stdin: str | bytes | None = None) -> RunResult:
+        """Run Python `source` with the sandbox's `python3`, in the work folder."""
+        if not isinstance(source, str):
+            raise ValueError(f"Python source must be a string; got {type(source).__name__}")
+        return self._run({"argv": ["python3"], "python": source}, timeout_s, stdin)
+
+    def _run(self, request: dict[str, Any], timeout_s: float | None, stdin: str | bytes | None) -> RunResult:
+        timeout = self.limits.wall_s if timeout_s is None else timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+        request.update(op="run", timeout_s=float(timeout), stdin=_b64(stdin) if stdin is not None else None)
+        answer = self._call(request, timeout + GRACE_S)
+        return RunResult(exit_code=answer["exit_code"], stdout=_text(answer["stdout"]),
+                         stderr=_text(answer["stderr"]), timed_out=answer["timed_out"],
+                         truncated=answer["truncated"], duration_s=answer["duration_s"])
+
+    def write_file(self, path: str, data: str | bytes) -> None:
+        """Write `data` to `path` in the work folder (parent folders are made)."""
+        if not isinstance(data, (str, bytes)):
+            raise ValueError(f"file data must be str or bytes; got {type(data).__name__}")
+        self._call({"op": "write", "path": relative_path(path), "data": _b64(data)}, GRACE_S + 30)
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of the file at `path` in the work folder."""
+        return base64.b64decode(self._call({"op": "read", "path": relative_path(path)}, GRACE_S + 30)["data"])
+
+    def _call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox is closed")
+            if self._broken is not None:
+                raise SandboxError(self._broken)
+            assert self._process is not None and self._process.stdin is not None
+            try:
+                self._process.stdin.write(json.dumps(request).encode() + b"\n")
+                self._process.stdin.flush()
+            except BrokenPipeError:
+                answer = None
+            else:
+                answer = self._read_answer(time.monotonic() + timeout_s)
+            if answer is None:
+                self._broken = self._broken or (f"the {self.backend} sandbox stopped answering and was ended; "
+                                                "its files are gone: close this session and open another")
+                self._kill()
+                raise SandboxError(self._broken)
+        if "error" in answer:
+            raise (SandboxPathError if answer["error"] == "path" else SandboxError)(answer["message"])
+        return answer
+
+    def _read_answer(self, deadline: float) -> dict[str, Any] | None:
+        """The agent's next line, or None if it ended or said nothing before `deadline`."""
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self._pending += chunk
+        line, _, rest = bytes(self._pending).partition(b"\n")
+        self._pending = bytearray(rest)
+        return json.loads(line)
+
+
+def _b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _text(data: str) -> str:
+    """Decoded output; bytes that are not UTF-8 (a character cut at the output limit too) show as U+FFFD."""
+    return base64.b64decode(data).decode("utf-8", errors="replace")

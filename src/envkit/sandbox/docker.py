@@ -1,0 +1,113 @@
+"""The docker backend: each sandbox is a container, its agent the container's process 1, attached by `docker run -i`.
+
+The container has no network, a read-only root, `/work` and `/tmp` as tmpfs of `disk_mb`, all capabilities
+dropped, no new privileges, a host uid of its own, and memory, CPU and process limits. It is removed when its
+agent exits: when the session closes its stdin, or when the server dies (the pipe closes; `--rm`). Containers carry
+the label `envkit.sandbox=<server pid>`; those of a server that died are removed when the next one starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import subprocess
+
+from .base import UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
+from .cgroups import _alive
+
+__all__ = ["DockerSandbox", "docker_facilities", "LABEL"]
+
+logger = logging.getLogger("envkit.sandbox")
+
+LABEL = "envkit.sandbox"
+#: CPUs one container may use.
+CPUS = "1"
+
+
+class DockerFacilities:
+    """The engine this process talks to (`DOCKER_HOST` or the default socket), checked once."""
+
+    def __init__(self) -> None:
+        self.docker = shutil.which("docker")
+        if self.docker is None:
+            raise SandboxUnavailableError("the docker sandbox needs the docker command and a running engine "
+                                          "(apt-get install docker.io; bash scripts/docker_engine.sh start)")
+        try:
+            answer = self.cli("version", "--format", "{{.Server.Version}}", timeout=10)
+        except subprocess.TimeoutExpired:
+            answer = subprocess.CompletedProcess([], 1, "", "no answer in 10s")
+        if answer.returncode != 0:
+            where = os.environ.get("DOCKER_HOST", "the default socket")
+            raise SandboxUnavailableError(f"no Docker engine answers at {where}: start one "
+                                          "(bash scripts/docker_engine.sh start) and export the DOCKER_HOST it prints")
+        self.version = answer.stdout.strip()
+        self._images: set[str] = set()
+        self._count = itertools.count()
+        self._remove_orphans()
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        assert self.docker is not None
+        return subprocess.run([self.docker, *args], capture_output=True, text=True, timeout=timeout)
+
+    def check_image(self, image: str) -> None:
+        """Refuse an image that is not on the engine (`docker run` would try to pull it)."""
+        if image in self._images:
+            return
+        if self.cli("image", "inspect", "--format", "{{.Id}}", image).returncode != 0:
+            raise SandboxUnavailableError(f"the Docker engine has no image {image!r}: build or load it first "
+                                          "(scripts/docker_engine.sh builds python:3.11-slim)")
+        self._images.add(image)
+        logger.info("docker sandboxes: engine %s, image %s, no network, read-only root, uid per container",
+                    self.version, image)
+
+    def _remove_orphans(self) -> None:
+        listed = self.cli("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}')
+        dead = [line.split()[0] for line in listed.stdout.splitlines()
+                if len(line.split()) == 2 and line.split()[1].isdigit() and not _alive(int(line.split()[1]))]
+        if dead:
+            self.cli("rm", "-f", *dead)
+            logger.info("removed %d sandbox containers left by servers that died", len(dead))
+
+    def new_name(self) -> str:
+        return f"envkit-sandbox-{os.getpid()}-{next(self._count)}"
+
+
+@once
+def docker_facilities() -> DockerFacilities:
+    return DockerFacilities()
+
+
+class DockerSandbox(Sandbox):
+    """A container on the Docker engine."""
+
+    backend = "docker"
+
+    def __init__(self, limits: SandboxLimits, image: str) -> None:
+        super().__init__(limits)
+        self.image = image
+        self._facilities = docker_facilities()
+        self.name = self._facilities.new_name()
+        self._uid: int | None = UIDS.take()
+
+    def _argv(self, agent: list[str]) -> list[str]:
+        disk, memory, uid = self.limits.disk_mb, total_memory_mb(self.limits), self._uid
+        assert self._facilities.docker is not None
+        return [self._facilities.docker, "run", "-i", "--rm", "--pull", "never", "--name", self.name,
+                "--label", f"{LABEL}={os.getpid()}", "--network", "none", "--read-only", "--cap-drop", "ALL",
+                "--security-opt", "no-new-privileges", "--user", f"{uid}:{uid}", "--hostname", "sandbox",
+                "--memory", f"{memory}m", "--memory-swap", f"{memory}m", "--cpus", CPUS,
+                "--pids-limit", str(self.limits.processes + 2), "--log-driver", "none",
+                "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,size={disk}m,uid={uid},gid={uid},mode=0700",
+                "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={disk}m,mode=1777",
+                "--workdir", WORKDIR, "--env", f"HOME={WORKDIR}", "--env", "LANG=C.UTF-8", self.image, *agent]
+
+    def _kill(self) -> None:
+        super()._kill()
+        self._facilities.cli("rm", "-f", self.name)
+
+    def _cleanup(self) -> None:
+        if self._uid is not None:
+            UIDS.give_back(self._uid)
+            self._uid = None

@@ -1,0 +1,118 @@
+"""Warm pools: sandboxes started ahead of time, so that opening one costs no start-up.
+
+One pool per (backend, limits, image). Taking a sandbox hands out a started one (or starts one at once when none
+is ready) and starts a replacement on a thread of the pool's own. Sandboxes waiting in a pool end with the
+process: at exit, and, if it is killed, because their agents see their stdin close.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections import deque
+from typing import Callable, Hashable
+
+from .base import Sandbox
+
+__all__ = ["WarmPool", "pool_for", "close_pools"]
+
+logger = logging.getLogger("envkit.sandbox")
+
+_pools: dict[Hashable, WarmPool] = {}
+_pools_lock = threading.Lock()
+
+
+def warm_size() -> int:
+    """How many sandboxes each pool keeps started: `ENVKIT_SANDBOX_WARM`, default 2."""
+    value = os.environ.get("ENVKIT_SANDBOX_WARM", "2")
+    if not value.isdigit():
+        raise ValueError(f"ENVKIT_SANDBOX_WARM must be a whole number of sandboxes; got {value!r}")
+    return int(value)
+
+
+class WarmPool:
+    """Started sandboxes of one kind, waiting to be taken."""
+
+    def __init__(self, make: Callable[[], Sandbox], size: int) -> None:
+        self._make = make
+        self.size = size
+        self._ready: deque[Sandbox] = deque()
+        self._lock = threading.Lock()
+        self._filling: threading.Thread | None = None
+        self._closed = False
+
+    def take(self) -> Sandbox:
+        """A ready sandbox: a waiting one, or one started now."""
+        sandbox = None
+        while sandbox is None:
+            with self._lock:
+                sandbox = self._ready.popleft() if self._ready else None
+            if sandbox is None:
+                break
+            if not sandbox.alive:
+                sandbox.close()
+                sandbox = None
+        self._refill()
+        return sandbox if sandbox is not None else self._make().start().wait_ready()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._ready)
+
+    def _refill(self) -> None:
+        with self._lock:
+            if self._filling is not None or self._closed or len(self._ready) >= self.size:
+                return
+            self._filling = threading.Thread(target=self._fill, name="envkit-sandbox-warm", daemon=True)
+            self._filling.start()
+
+    def _fill(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._closed or len(self._ready) >= self.size:
+                        return
+                sandbox = self._make().start().wait_ready()
+                with self._lock:
+                    if not self._closed:
+                        self._ready.append(sandbox)
+                        continue
+                sandbox.close()
+                return
+        except Exception:
+            logger.warning("starting a warm sandbox failed; the next one opens cold", exc_info=True)
+        finally:
+            with self._lock:
+                self._filling = None
+
+    def close(self) -> None:
+        """End the waiting sandboxes, and the one being started; later takes start sandboxes cold."""
+        with self._lock:
+            self._closed = True
+            waiting, self._ready = list(self._ready), deque()
+            filling = self._filling
+        for sandbox in waiting:
+            sandbox.close()
+        if filling is not None and filling is not threading.current_thread():
+            filling.join()
+
+
+def pool_for(key: Hashable, make: Callable[[], Sandbox]) -> WarmPool:
+    """The warm pool of sandboxes of kind `key` (made by `make`), started on first use."""
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = WarmPool(make, warm_size())
+        return pool
+
+
+@atexit.register
+def close_pools() -> None:
+    """End every waiting sandbox of every pool (at exit, and for tests that count what is left)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()

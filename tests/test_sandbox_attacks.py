@@ -1,0 +1,176 @@
+"""Attacks from inside a session's sandbox, each contained, with the server and a neighbour session carrying on.
+
+The target is `sandbox_env.SandboxEnvironment` served by `create_app` on 127.0.0.1; every attack runs through its
+tools over a real socket, on each backend this machine has (real bubblewrap; the real Docker engine).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sandbox_env import LIMITS, SandboxEnvironment, ShellAction, ShellObservation
+from sandbox_helpers import BACKENDS, require
+
+import envkit
+from envkit import EnvClient
+from envkit.app import create_app
+from envkit.sandbox import close_pools
+from envkit.testing import running_server
+
+
+@dataclass
+class Served:
+    url: str
+    port: int
+    attacker: object
+    neighbour: object
+
+    def run(self, command: str, timeout_s: float = 5.0) -> dict:
+        return json.loads(self.attacker.call("run", command=command, timeout_s=timeout_s).text)
+
+    def call(self, tool: str, **args: str) -> str:
+        return self.attacker.call(tool, **args).text
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    require(request.param)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ENVKIT_SANDBOX", request.param)
+    app = create_app(SandboxEnvironment, ShellAction, ShellObservation, max_concurrent_envs=4)
+    with running_server(app) as url:
+        with EnvClient(url).sync() as attacker, EnvClient(url).sync() as neighbour:
+            attacker.reset()
+            neighbour.reset()
+            assert neighbour.call("write", path="secret.txt", content="neighbour's secret").text == "written"
+            yield Served(url, int(url.rsplit(":", 1)[1]), attacker, neighbour)
+    close_pools()
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def neighbour_carries_on(served: Served) -> Iterator[None]:
+    """After every attack: the server answers, the neighbour's file is intact and it still runs commands."""
+    yield
+    assert httpx.get(f"{served.url}/health").status_code == 200
+    assert served.neighbour.call("read", path="secret.txt").text == "neighbour's secret"
+    assert json.loads(served.neighbour.call("run", command="echo alive").text)["stdout"] == "alive\n"
+    assert json.loads(served.attacker.call("run", command="echo alive").text)["stdout"] == "alive\n"
+
+
+# -- network
+
+def test_the_envkit_server_is_unreachable_over_loopback(served: Served) -> None:
+    result = served.run(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {served.port}), 2)\"")
+    assert result["exit_code"] == 1 and "ConnectionRefusedError" in result["stderr"], result
+
+
+def test_no_host_port_and_no_route_out(served: Served) -> None:
+    probe = ("import socket\nfor address in [('127.0.0.1', 22), ('10.0.0.1', 80), ('8.8.8.8', 53)]:\n"
+             "    try:\n        socket.create_connection(address, 1); print('reached', address)\n"
+             "    except OSError as error:\n        print(type(error).__name__)\n")
+    result = served.run(f"python3 -c \"{probe}\"")
+    assert "reached" not in result["stdout"] and result["stdout"].count("Error") == 3, result
+    assert served.run("cat /proc/net/dev")["stdout"].count(":") == 1     # only the loopback interface
+
+
+# -- host files
+
+def test_host_files_are_not_there(served: Served) -> None:
+    source = Path(envkit.__file__).resolve()
+    for command in (f"cat {source}", "ls /root/", "cat /etc/shadow", f"ls {Path.home()}/.ssh"):
+        result = served.run(command)
+        assert result["exit_code"] != 0 and result["stdout"] == "", (command, result)
+
+
+def test_system_folders_are_read_only(served: Served) -> None:
+    result = served.run("touch /usr/bin/evil; touch /etc/evil; echo x > /bin/sh; mkdir /evil")
+    assert result["exit_code"] != 0 and result["stderr"].count("Read-only file system") + \
+        result["stderr"].count("Permission denied") >= 3, result
+    assert served.run("ls /usr/bin/evil /etc/evil /evil")["stdout"] == ""
+
+
+def test_another_sessions_work_folder_is_not_reachable(served: Served) -> None:
+    result = served.run("grep -rl \"neighbour's secret\" / 2>/dev/null; ls /work")
+    assert "secret" not in result["stdout"], result
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "/work/../root/x",
+                                  "/proc/self/environ"])
+def test_file_tools_refuse_paths_outside(served: Served, path: str) -> None:
+    assert served.call("read", path=path).startswith("refused: ")
+    assert served.call("write", path=path, content="x").startswith("refused: ")
+
+
+def test_file_tools_refuse_symlinks_out(served: Served) -> None:
+    served.run("ln -sf /etc/passwd out; ln -sfn / root; mkdir -p d; ln -sfn /tmp d/tmp")
+    for path in ("out", "root/etc/passwd", "d/tmp/x"):
+        assert "leads outside the work folder" in served.call("read", path=path), path
+        assert "leads outside the work folder" in served.call("write", path=path, content="x"), path
+    assert served.run("cat /etc/passwd | grep -c x; ls /tmp/x")["stdout"] != "x"
+    served.run("rm -rf out root d")
+
+
+# -- processes
+
+def test_host_and_neighbour_processes_are_invisible_and_unsignalable(served: Served) -> None:
+    listing = "import os; print(sorted(p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()))"
+    result = served.run(f"exec python3 -c \"{listing}\"")
+    assert result["stdout"] == "['1']\n", result      # only its own agent
+    result = served.run("kill -9 -1; kill -9 1; echo $?")
+    assert served.run("echo still here")["stdout"] == "still here\n"
+
+
+# -- resources
+
+def test_fork_bomb_is_held_to_the_process_limit(served: Served) -> None:
+    result = served.run("bomb() { bomb | bomb & }; bomb; sleep 1; echo survived", timeout_s=4)
+    assert "fork" in result["stderr"].lower() or result["timed_out"], result
+
+
+def test_memory_bomb_is_refused(served: Served) -> None:
+    result = served.run("python3 -c \"x = [bytearray(1 << 20) for _ in range(4096)]\"")
+    assert result["exit_code"] != 0 and not result["timed_out"], result
+    assert "MemoryError" in result["stderr"] or result["exit_code"] in (-9, 137), result
+
+
+def test_disk_fill_stops_at_the_disk_limit(served: Served) -> None:
+    result = served.run("for i in $(seq 100); do head -c 1000000 /dev/zero > f$i || break; done; "
+                        "du -sm /work | cut -f1; rm -f f*")
+    assert result["exit_code"] == 0 and int(result["stdout"].split()[-1]) <= LIMITS.disk_mb, result
+    assert "No space left" in result["stderr"], result
+
+
+def test_cpu_spin_is_ended_at_the_cpu_limit(served: Served) -> None:
+    result = served.run("python3 -c 'while True: pass'", timeout_s=60)   # 2 CPU seconds; a busy host is slower
+    assert not result["timed_out"] and result["exit_code"] not in (0, None), result
+
+
+def test_wall_timeout_ends_a_sleeper(served: Served) -> None:
+    result = served.run("sleep 30", timeout_s=1)
+    assert result["timed_out"] and result["exit_code"] is None, result
+
+
+def test_100mb_of_output_is_cut_and_said_so(served: Served) -> None:
+    result = served.run("head -c 100000000 /dev/zero | tr '\\0' a")
+    assert result["truncated"] and len(result["stdout"]) == LIMITS.output_bytes, {**result, "stdout": "..."}
+
+
+# -- lifetimes and privileges
+
+def test_background_process_dies_with_its_command(served: Served) -> None:
+    served.run("nohup sleep 300 >/dev/null 2>&1 & setsid sleep 301 & (sleep 302 &) ; echo started")
+    assert "sleep" not in served.run("ps -eo args=")["stdout"]
+
+
+def test_no_privilege_to_gain(served: Served) -> None:
+    result = served.run("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; su -c id root </dev/null; "
+                        "unshare -r id; mount -t tmpfs none /mnt; chroot / id")
+    lines = result["stdout"].split()
+    assert lines[0] != "0" and "0000000000000000" in lines and lines[-1] == "1", result
+    assert "uid=0" not in result["stdout"], result
