@@ -20,7 +20,7 @@ from envkit.app.targets import bundled_envs
 from envkit.testing import ServedProcess, running_server
 from envkit.publish.validate import Report, example_from_schema, validate_folder, validate_url
 
-BUNDLED = [name for name in ("echo", "wordle", "catch") if name in bundled_envs()]
+BUNDLED = [name for name in ("echo", "wordle", "catch", "coding") if name in bundled_envs()]
 _names = itertools.count()
 
 

@@ -89,7 +89,8 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
     def step(self, action: CodingAction) -> CodingObservation:
         """Make one move; the episode ends at submit or after `EPISODE_LENGTH` moves."""
         if not isinstance(action, CodingAction):
-            raise TypeError(f"step() takes a CodingAction, e.g. CodingAction(kind='submit'); got {type(action).__name__}")
+            raise TypeError("step() takes a CodingAction, e.g. CodingAction(kind='submit'); "
+                            f"got {type(action).__name__}")
         problem_ = self._require_problem()
         if self._verdict is not None:
             raise ValueError("the episode is over (its solution was graded); call reset() to start another")

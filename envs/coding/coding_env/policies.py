@@ -62,8 +62,8 @@ def random_player(seed: int) -> Act:
     def act(observation: Mapping[str, Any], task: Mapping[str, Any]) -> Call:
         move = moves.pop(0) if moves else "submit"
         if move == "write":
-            return "write_file", {"path": SOLUTION,
-                                  "content": stub_solution(problem(_task_id(observation, task)).prompt, rng.choice(CONSTANTS))}
+            prompt = problem(_task_id(observation, task)).prompt
+            return "write_file", {"path": SOLUTION, "content": stub_solution(prompt, rng.choice(CONSTANTS))}
         if move == "submit":
             return "submit", {}
         tool = rng.choice(("run_command", "run_python", "run_examples"))

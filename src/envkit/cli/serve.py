@@ -65,7 +65,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     http://HOST:PORT/web (and / redirects there) is a page to play the environment in a browser
     and to replay transcripts.
 
-    TARGET is a bundled env name (echo, wordle, catch), a path to an env folder, or module:Class.
+    TARGET is a bundled env name (echo, wordle, catch, coding), a path to an env folder, or module:Class.
     The server runs on the C allocator (PYTHONMALLOC=malloc) so that the memory of closed sessions
     goes back to the OS; set PYTHONMALLOC yourself to choose another.
 

@@ -26,8 +26,8 @@ def _json_mapping(ctx: click.Context, param: click.Parameter, value: str | None)
 
 @click.command("train")
 @click.option("--env", "env", multiple=True, metavar="NAME",
-              help="Environment to train on: a bundled env (echo, wordle, catch), an env folder or module:Class. "
-                   "Repeat for several (rows are routed per environment). [default: echo]")
+              help="Environment to train on: a bundled env (echo, wordle, catch, coding), an env folder or "
+                   "module:Class. Repeat for several (rows are routed per environment). [default: echo]")
 @click.option("--env-url", "env_url", multiple=True, metavar="URL",
               help="Train against a running server instead of serving --env in this process. Repeatable; pairs "
                    "with --env names in order. One environment on several servers: separate their URLs with commas "
