@@ -26,13 +26,14 @@ ALLOWED: dict[str, set[str]] = {
     "transport": {"contract", "core", "surfaces", "app"},
     "scale": {"contract", "core", "surfaces", "app", "transport"},
     "client": {"contract"},
-    "play": {"contract", "client", "app", "transport"},
+    "sandbox": {"contract", "core"},
+    "play": {"contract", "client", "app", "transport", "sandbox"},
     "train": {"contract", "client", "app", "play"},
     "evaluate": {"contract", "client", "app", "play"},
     "bench": {"contract", "client"},
     "publish": {"contract", "client", "app"},
     "cli": {"contract", "core", "client", "app", "transport", "scale", "play", "train", "evaluate", "bench",
-            "publish"},
+            "publish", "sandbox"},
     "api": {"contract", "client", "app", "transport"},  # `envkit` itself and `envkit.testing`
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sandbox_env import LIMITS, SandboxEnvironment, ShellAction, ShellObservation
-from sandbox_helpers import BACKENDS
+from sandbox_helpers import BACKENDS, require
 
 import envkit
 from envkit import EnvClient
@@ -39,6 +39,7 @@ class Served:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    require(request.param)
     patch = pytest.MonkeyPatch()
     patch.setenv("ENVKIT_SANDBOX", request.param)
     app = create_app(SandboxEnvironment, ShellAction, ShellObservation, max_concurrent_envs=4)
@@ -82,8 +83,9 @@ def test_no_host_port_and_no_route_out(served: Served) -> None:
 
 def test_host_files_are_not_there(served: Served) -> None:
     source = Path(envkit.__file__).resolve()
-    result = served.run(f"cat {source}; ls /root; cat /etc/shadow; ls /home")
-    assert result["stdout"] == "" and result["exit_code"] != 0, result
+    for command in (f"cat {source}", "ls /root/", "cat /etc/shadow", f"ls {Path.home()}/.ssh"):
+        result = served.run(command)
+        assert result["exit_code"] != 0 and result["stdout"] == "", (command, result)
 
 
 def test_system_folders_are_read_only(served: Served) -> None:
@@ -117,9 +119,9 @@ def test_file_tools_refuse_symlinks_out(served: Served) -> None:
 # -- processes
 
 def test_host_and_neighbour_processes_are_invisible_and_unsignalable(served: Served) -> None:
-    result = served.run("ps -eo pid=,args= | grep -v 'ps -eo'")
-    lines = [line for line in result["stdout"].splitlines() if "grep" not in line and "/bin/sh" not in line]
-    assert len(lines) == 1 and lines[0].split()[0] == "1", result      # only its own agent
+    listing = "import os; print(sorted(p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()))"
+    result = served.run(f"exec python3 -c \"{listing}\"")
+    assert result["stdout"] == "['1']\n", result      # only its own agent
     result = served.run("kill -9 -1; kill -9 1; echo $?")
     assert served.run("echo still here")["stdout"] == "still here\n"
 
@@ -145,7 +147,7 @@ def test_disk_fill_stops_at_the_disk_limit(served: Served) -> None:
 
 
 def test_cpu_spin_is_ended_at_the_cpu_limit(served: Served) -> None:
-    result = served.run("python3 -c 'while True: pass'", timeout_s=10)
+    result = served.run("python3 -c 'while True: pass'", timeout_s=60)   # 2 CPU seconds; a busy host is slower
     assert not result["timed_out"] and result["exit_code"] not in (0, None), result
 
 

@@ -221,12 +221,20 @@ class Sandbox:
         return not self._closed and self._broken is None and self._process is not None and self._process.poll() is None
 
     def close(self) -> None:
-        """End every process of the sandbox and remove its work folder; idempotent."""
-        with self._lock:
+        """End every process of the sandbox and remove its work folder; idempotent. A command still running (on
+        another thread) is ended at once; its caller gets a SandboxError."""
+        if not self._lock.acquire(blocking=False):
+            self._broken = "the sandbox was closed while the command ran"
+            if self._process is not None:
+                self._kill()
+            self._lock.acquire()
+        try:
             if self._closed:
                 return
             self._closed = True
             self._end_process()
+        finally:
+            self._lock.release()
 
     def _end_process(self) -> None:
         process = self._process
@@ -317,8 +325,8 @@ class Sandbox:
             else:
                 answer = self._read_answer(time.monotonic() + timeout_s)
             if answer is None:
-                self._broken = (f"the {self.backend} sandbox stopped answering and was ended; "
-                                "its files are gone: close this session and open another")
+                self._broken = self._broken or (f"the {self.backend} sandbox stopped answering and was ended; "
+                                                "its files are gone: close this session and open another")
                 self._kill()
                 raise SandboxError(self._broken)
         if "error" in answer:

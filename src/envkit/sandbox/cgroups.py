@@ -8,6 +8,7 @@ that died are removed when the next server first opens a sandbox.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from pathlib import Path
 __all__ = ["Cgroups", "Cgroup"]
 
 PREFIX = "envkit-sandbox-"
+
+logger = logging.getLogger("envkit.sandbox")
 
 
 @dataclass
@@ -34,16 +37,22 @@ class Cgroup:
                 os.close(fd)
 
     def remove(self) -> None:
-        """Remove the folders; waits briefly for the kernel to see the processes gone."""
+        """Remove the folders, waiting (up to 30 s) for the kernel to finish tearing down their last processes."""
         for folder in self.folders:
-            for _ in range(200):
+            pause = 0.001
+            deadline = time.monotonic() + 30
+            while True:
                 try:
                     folder.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:        # EBUSY: the last process is still being torn down
-                    time.sleep(0.005)
+                    if time.monotonic() > deadline:
+                        logger.warning("cgroup %s still busy after 30 s; the next server started after this one ends removes it", folder)
+                        break
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.1)
 
 
 class Cgroups:

@@ -40,7 +40,7 @@ class WarmPool:
         self.size = size
         self._ready: deque[Sandbox] = deque()
         self._lock = threading.Lock()
-        self._filling = False
+        self._filling: threading.Thread | None = None
         self._closed = False
 
     def take(self) -> Sandbox:
@@ -63,10 +63,10 @@ class WarmPool:
 
     def _refill(self) -> None:
         with self._lock:
-            if self._filling or self._closed or len(self._ready) >= self.size:
+            if self._filling is not None or self._closed or len(self._ready) >= self.size:
                 return
-            self._filling = True
-        threading.Thread(target=self._fill, name="envkit-sandbox-warm", daemon=True).start()
+            self._filling = threading.Thread(target=self._fill, name="envkit-sandbox-warm", daemon=True)
+            self._filling.start()
 
     def _fill(self) -> None:
         try:
@@ -85,15 +85,18 @@ class WarmPool:
             logger.warning("starting a warm sandbox failed; the next one opens cold", exc_info=True)
         finally:
             with self._lock:
-                self._filling = False
+                self._filling = None
 
     def close(self) -> None:
-        """End the waiting sandboxes; later takes start sandboxes cold."""
+        """End the waiting sandboxes, and the one being started; later takes start sandboxes cold."""
         with self._lock:
             self._closed = True
             waiting, self._ready = list(self._ready), deque()
+            filling = self._filling
         for sandbox in waiting:
             sandbox.close()
+        if filling is not None and filling is not threading.current_thread():
+            filling.join()
 
 
 def pool_for(key: Hashable, make: Callable[[], Sandbox]) -> WarmPool:
