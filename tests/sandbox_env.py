@@ -29,6 +29,7 @@ class SandboxEnvironment(Environment[ShellAction, ShellObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     ALLOWS_STEP_BEFORE_RESET = True
+    TASKS = {"train": [{}]}
 
     def __init__(self) -> None:
         self._sandbox: Sandbox | None = None

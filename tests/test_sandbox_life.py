@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from conftest import subprocess_env
 from sandbox_env import SandboxEnvironment, ShellAction, ShellObservation
@@ -99,3 +100,17 @@ def test_server_killed_with_sigkill_leaves_nothing(backend: str) -> None:
     subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; open_sandbox().close()"],
                    env=env_vars, check=True, timeout=120)
     assert settled(server) == NOTHING
+
+
+def test_an_ors_session_ends_its_sandbox_when_deleted(backend: str) -> None:
+    """The Open Reward Standard surface opens sessions from the same pool: deleting one closes its sandbox."""
+    from test_ors import call, open_session
+
+    app = create_app(SandboxEnvironment, ShellAction, ShellObservation, max_concurrent_envs=4)
+    with running_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        sid = open_session(http, split="train", index=0)
+        output = call(http, sid, "run", input={"command": "sleep 600 & echo started"})["output"]
+        assert json.loads(output["blocks"][0]["text"])["stdout"] == "started\n"
+        assert leftovers()["processes"] > 0
+        http.post("/delete_session", headers={"X-Session-ID": sid})
+        assert settled() == NOTHING
