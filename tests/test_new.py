@@ -139,7 +139,7 @@ def test_the_rendered_env_trains_with_budgets_fitted_to_its_episode_length(rende
     ("tests", "names a folder an env keeps beside its package"),
     ("wheels", "or one `envkit push` leaves out"),
     ("fastapi", "the name of an installed module"),
-    ("echo", "'echo' is the name of a bundled env (catch, echo, wordle)"),
+    ("echo", "'echo' is the name of a bundled env (catch, coding, echo, wordle)"),
     ("wordle", "pick another name, e.g. `my_wordle`"),
 ])
 def test_bad_names_are_usage_errors_that_write_nothing(tmp_path: Path, name: str, message: str) -> None:

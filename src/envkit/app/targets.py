@@ -10,7 +10,7 @@ The action and observation models are read from the class's generic parameters
 (`Environment[EchoAction, EchoObservation, State]`) unless the table names them
 (`action = "..."`, `observation = "..."`).
 
-The bundled envs (echo, wordle, catch) are env folders like any other: `envs/` at the root of a source checkout,
+The bundled envs (echo, wordle, catch, coding) are env folders like any other: `envs/` at the root of a source checkout,
 copied into an installed wheel as `envkit/bundled_envs/` (`BUNDLED_ROOTS`).
 """
 
@@ -55,7 +55,7 @@ class EnvTarget:
 
 
 def bundled_envs() -> dict[str, Path]:
-    """Bundled environment folders by name (echo, wordle, catch, ...)."""
+    """Bundled environment folders by name (echo, wordle, catch, coding, ...)."""
     found: dict[str, Path] = {}
     for root in BUNDLED_ROOTS:
         if root.is_dir():

