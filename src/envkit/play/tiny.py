@@ -82,9 +82,10 @@ class TinyModelSpec:
 
 
 #: For vLLM, on a GPU or its CPU build: attention kernels want a head size of 64 (the CPU build has none for 16);
-#: and it is the model `vllm serve` serves to `envkit eval --openai-url`.
+#: and it is the model `vllm serve` serves to `envkit eval --openai-url`. Each episode is warmed up on twice (both
+#: tool renderings), so a mini-batch holds twice as many conversations: the same 16 episodes' worth.
 GPU_SPEC = TinyModelSpec(hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64,
-                         chat_api_tools=True)
+                         chat_api_tools=True, warmup_batch_size=32)
 
 #: The fields of a function that the chat API defines, and all that vLLM's server hands its chat template.
 CHAT_API_FUNCTION_FIELDS = ("name", "description", "parameters")
