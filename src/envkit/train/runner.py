@@ -125,8 +125,8 @@ def _bind(settings: TrainSettings, name: str, url: str) -> type[ServedEnvironmen
         except ValueError as error:
             raise ConfigurationError(str(error)) from None
         if cls.split == TEST_SPLIT and not settings.train_on_test:
-            raise ConfigurationError(f"{name} at {url} has no {TRAIN_SPLIT} split, only {TEST_SPLIT}, which evaluation "
-                                     "plays; pass --train-on-test to train on it anyway")
+            raise ConfigurationError(f"{name} at {url} has no {TRAIN_SPLIT} split, and its first, {TEST_SPLIT}, is "
+                                     "what evaluation plays: name another with --split, or pass --train-on-test")
         return cls
     return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout)
 
