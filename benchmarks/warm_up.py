@@ -1,6 +1,6 @@
 """The tiny model's warm-up on mini-batches against every episode at every step: wall time and final loss.
 
-    nice -n 10 python benchmarks/warm_up.py                   # wordle and catch, seed 0: about 3 minutes on 2 cores
+    nice -n 10 python benchmarks/warm_up.py                   # wordle and catch, seed 0
     nice -n 10 python benchmarks/warm_up.py --env wordle --seed 1
 
 For each environment, served in this process as `envkit train` serves it: the rows `envkit train --env NAME
