@@ -150,7 +150,7 @@ def test_train_writes_transcripts_each_step_and_evaluates_before_and_after(
     assert all(row["episodes"] == 4 and row["env"] == "wordle" for row in summary["evaluation"])
     steps = read_transcripts(output / "transcripts.jsonl")
     assert sorted({game.extra["step"] for game in steps}) == [1, 2] and len(steps) == 8   # 4 per logging step
-    assert all(game.env == "wordle" and "seed" in game.task and game.messages[0]["role"] == "user" for game in steps)
+    assert all(game.env == "wordle" and "secret_index" in game.task and game.messages[0]["role"] == "user" for game in steps)
     assert any(message.get("tool_calls") for game in steps for message in game.messages)
     assert len(read_transcripts(output / "eval_transcripts.jsonl")) == 8
     # the budget training fitted to Wordle's six guesses (its episode length, plus two)

@@ -27,7 +27,7 @@ from envkit.train.report import RunReport
 from envkit.train.rewards import RewardChoice, parse_reward, reward_functions, train_rewards
 from envkit.train.runner import run
 from envkit.train.settings import TINY_GAME_STEPS, TrainSettings
-from envkit.play.tiny import CONTEXT_ONLY, scripted_conversations
+from envkit.play.tiny import CONTEXT_ONLY, _mini_batches, scripted_conversations
 
 
 class Tick(Action):
@@ -143,6 +143,33 @@ def test_scripted_warm_up_plays_whole_catch_episodes(catch_url: str) -> None:
         marked = [message.get(CONTEXT_ONLY, False) for messages, _ in conversations for message in messages
                   if message.get("tool_calls")]
         assert any(marked) is context_only and not all(marked)
+
+
+def test_the_warm_up_steps_on_shuffled_mini_batches_cut_to_their_longest() -> None:
+    """Each pass over the episodes takes every one once, in a new order, in mini-batches padded only to their own
+    longest; with no more episodes than a mini-batch, every step takes them all (as before mini-batches)."""
+    import torch
+
+    lengths = [3, 9, 4, 7, 5, 2, 8, 6]
+    ids = torch.zeros((len(lengths), 9), dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = row + 1
+        attention[row, :length] = 1
+    batch = {"input_ids": ids, "attention_mask": attention, "labels": ids.clone()}
+    batches = _mini_batches(batch, 4, seed=0)
+    passes = []
+    for _ in range(3):
+        rows = []
+        for part in (next(batches), next(batches)):
+            assert len(part["input_ids"]) == 4 and part["input_ids"].shape == part["labels"].shape
+            assert part["input_ids"].shape[1] == int(part["attention_mask"].sum(dim=1).max())
+            rows.extend(int(row[0]) - 1 for row in part["input_ids"])
+        assert sorted(rows) == list(range(len(lengths)))
+        passes.append(rows)
+    assert len({tuple(rows) for rows in passes}) > 1
+    whole = _mini_batches(batch, 8, seed=0)
+    assert next(whole) is batch and next(whole) is batch
 
 
 # -- abandoned episodes --------------------------------------------------------------------------------------

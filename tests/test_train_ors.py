@@ -32,8 +32,9 @@ def served(name: str, sessions: int = 16):
 
 def test_train_over_ors_on_an_envkit_server_uses_the_split_and_deletes_every_session(tmp_path: Path) -> None:
     with served("echo") as url:
-        summary = run(TrainSettings(env=[], env_url=[url], protocol="ors", split="test", max_steps=2, batch_size=4,
-                                    num_generations=2, output_dir=str(tmp_path), save_model=False),
+        summary = run(TrainSettings(env=[], env_url=[url], protocol="ors", split="test", train_on_test=True,
+                                    max_steps=2, batch_size=4, num_generations=2, output_dir=str(tmp_path),
+                                    save_model=False),
                       say=lambda _: None, show_steps=False)
         health = httpx.get(url + "/health").json()
     assert summary.steps == 2 and summary.episodes == 8 and summary.lost == 0 and summary.tool_calls > 0

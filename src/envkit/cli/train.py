@@ -71,11 +71,13 @@ def _default(name: str) -> Any:
               help="JSONL or CSV rows; their columns reach the environment's reset (prompt and environment "
                    "columns are optional).")
 @click.option("--num-episodes", type=int, default=None,
-              help=f"Without --dataset: how many episodes (rows) the environments provide. [default: {SEED_EPISODES} seeds; with "
-                   "tasks (--split, or an Open Reward Standard server): every task once]")
+              help=f"Without --dataset: how many episodes (rows) the environments provide. [default: every task of "
+                   f"the split once; {SEED_EPISODES} seeds for an environment without tasks]")
 @click.option("--split", default=None, metavar="NAME",
-              help="Train on the tasks of this split (e.g. train): each task's reset arguments become a row. "
-                   "[default: seeds; for an Open Reward Standard server its train split]")
+              help="Train on the tasks of this split: each task's reset arguments become a row. [default: train, "
+                   "for each environment that declares it; seeds for one without tasks]")
+@click.option("--train-on-test", is_flag=True, default=None,
+              help="Allow --split test (the games envkit eval and --eval-games score), refused without it.")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
               help=f"What the --env-url servers speak: envkit's WebSocket protocol, or the Open Reward Standard "
                    f"(an openreward-SDK server). [default: {_default('protocol')}, found out from each server]")
@@ -108,7 +110,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
           --num-generations 16
       envkit train --env wordle --env catch --reward env --reward wordle.win=0.5
       envkit train --env wordle --eval-games 30
-      envkit train --env wordle --split train
+      envkit train --env wordle --split test --train-on-test
       envkit train --env-url http://127.0.0.1:8080 --protocol ors  # openreward
       envkit train --config train.yaml --max-steps 100
     """

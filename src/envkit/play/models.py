@@ -15,7 +15,7 @@ from typing import Any
 
 from ..environment import Environment
 from .binding import ServedEnvironment
-from .tasks import env_rows
+from .tasks import train_tasks, training_rows
 
 __all__ = ["SEED_EPISODES", "TINY", "TINY_GAME_STEPS", "TINY_LR_WARMUP_STEPS", "PLAY_SETTINGS_FILE", "model_defaults",
            "chat_template_kwargs", "load_play_settings", "load_model"]
@@ -101,8 +101,8 @@ def load_model(model: str, classes: Mapping[str, type[ServedEnvironment]], promp
     """`(model, tokenizer, warm-up episode tokens)` in evaluation mode, on the GPU when there is one.
 
     `tiny` is the model `envkit train --model tiny --seed SEED` starts from: built from the same scripted
-    episodes (the first rows of the same seeded dataset; whole games with the solver of the environments in
-    `players`), so its row is the "before training" row. The third value, the longest warm-up episode in
+    episodes (the first rows of the same dataset: each environment's `train` tasks, else seeds; whole games with
+    the solver of the environments in `players`), so its row is the "before training" row. The third value, the longest warm-up episode in
     tokens, is None for any other model.
     """
     import torch
@@ -114,7 +114,8 @@ def load_model(model: str, classes: Mapping[str, type[ServedEnvironment]], promp
 
         if not on_gpu:
             torch.set_num_threads(1)  # as in training: a 100K-parameter model loses more to threads than it gains
-        rows = env_rows(prompts, SEED_EPISODES, seed)
+        tasks = {name: train_tasks(cls.url) for name, cls in classes.items()}
+        rows = training_rows(prompts, tasks, None, seed, SEED_EPISODES)
         loaded, tokenizer, figures = build_tiny_model(classes, rows, TinyModelSpec(seed=seed), players=players)
         say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
         episode_tokens: int | None = int(figures["episode_tokens"])

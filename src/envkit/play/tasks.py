@@ -4,12 +4,13 @@ Every row has a conversational `prompt`; with several environments also an `envi
 that routes it. Every other column reaches the environment's `reset` (a `seed`, a puzzle id, ...).
 TRL appends the text `reset` returns (the first observation) to the prompt's last user message.
 
-- From the environments (`--num-episodes N`): N rows, spread evenly over the environments, each
-  with its own `seed`. The prompt is the `prompt` an environment's `/metadata` gives, else one made
-  from its description.
-- From the environments' tasks (`--split NAME`, and always for Open Reward Standard servers): each
-  task's `reset` arguments as columns (for an ORS server, the task's `task_index`), every task once
-  or `--num-episodes` rows, interleaved across the environments.
+- From the environments' tasks (`training_rows`): an environment that declares a `train` split gets
+  its train tasks, whatever `--seed` says: a test task (what `envkit eval` and `--eval-games` play) is
+  never a training row. One without tasks gets seeded rows (`seed`, `seed + 1`, ...). Every task
+  once, or `--num-episodes` rows, interleaved across the environments. The prompt is the `prompt`
+  an environment's `/metadata` gives, else one made from its description.
+- From another split (`--split NAME`; `test` only with `--train-on-test`), or an Open Reward Standard
+  server's: each task's `reset` arguments as columns (for an ORS server, the task's `task_index`).
 - From a file (`--dataset rows.jsonl` or `.csv`): one row per line. A `prompt` column (text or a
   list of chat messages) is optional; rows without one get the environment's prompt.
 """
@@ -22,10 +23,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..client.ors_client import OrsServer
+from ..errors import ConfigurationError, EnvkitError
 from ..transcripts import json_objects
 
-__all__ = ["task_prompt", "env_rows", "task_rows", "file_rows"]
+__all__ = ["TRAIN_SPLIT", "TEST_SPLIT", "task_prompt", "env_rows", "task_rows", "training_rows", "server_tasks",
+           "train_tasks", "file_rows"]
+
+#: The split `envkit train` trains on by default, and the one `envkit eval` and `--eval-games` play.
+TRAIN_SPLIT, TEST_SPLIT = "train", "test"
 
 
 def task_prompt(name: str, metadata: Mapping[str, Any]) -> str:
@@ -75,6 +81,54 @@ def task_rows(prompts: Mapping[str, str], tasks: Mapping[str, Sequence[dict[str,
             row["environment"] = name
         rows.append(row)
     return rows
+
+
+def training_rows(prompts: Mapping[str, str], tasks: Mapping[str, Sequence[dict[str, Any]] | None],
+                  num_episodes: int | None, seed: int, seeded: int) -> list[dict[str, Any]]:
+    """Rows from each environment's tasks, or, for an environment whose tasks are None, seeded rows.
+
+    With no tasks at all: `num_episodes` (else `seeded`) seeded rows (`env_rows`). Otherwise every task once
+    (`num_episodes` None) or `num_episodes` rows, as `task_rows` makes them; an environment without tasks
+    then takes part with `num_episodes` (else `seeded`) seeds.
+    """
+    if all(tasks.get(name) is None for name in prompts):
+        return env_rows(prompts, num_episodes or seeded, seed)
+    seeds = [{"seed": seed + index} for index in range(num_episodes or seeded)]
+    listed = {name: seeds if tasks.get(name) is None else tasks[name] for name in prompts}
+    return task_rows(prompts, listed, num_episodes)
+
+
+def server_tasks(name: str, url: str, split: str) -> list[dict[str, Any]]:
+    """The tasks of `split` from an envkit server's task catalogue (its Open Reward Standard routes)."""
+    try:
+        server = OrsServer(url)
+        try:
+            if split not in server.splits():
+                raise ConfigurationError(f"--split {split}: {name} has no such split; its splits: "
+                                         f"{', '.join(server.splits()) or 'none'}")
+            return server.tasks(split)
+        finally:
+            server.close()
+    except (EnvkitError, KeyError) as error:
+        if isinstance(error, ConfigurationError):
+            raise
+        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); is it an "
+                                 "envkit server?") from None
+
+
+def train_tasks(url: str) -> list[dict[str, Any]] | None:
+    """The `train` tasks of the server at `url`; None when it declares no `train` split, or has no task
+    catalogue (an OpenEnv server): its episodes are then seeded."""
+    try:
+        server = OrsServer(url, timeout=10.0)
+    except EnvkitError:
+        return None
+    try:
+        return server.tasks(TRAIN_SPLIT) if TRAIN_SPLIT in server.splits() else None
+    except (EnvkitError, KeyError):
+        return None
+    finally:
+        server.close()
 
 
 def file_rows(path: str | Path, prompts: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -11,7 +11,11 @@ recipe, all local:
    own Qwen3 chat template string, which TRL recognises to parse `<tool_call>` blocks;
 3. build a small `Qwen3ForCausalLM` from a config and train it briefly, supervised, on the
    assistant turns of the scripted episodes (not the random moves of a game, which only lead it
-   into varied positions), so that it calls tools from the first GRPO step.
+   into varied positions), so that it calls tools from the first GRPO step: each step on a
+   mini-batch of the episodes, in shuffled order, padded to its own longest.
+
+The scripted episodes are the first rows of the training data (`warmup_rows`), which `envkit train` takes
+from an environment's `train` split when it declares one: the warm-up never plays a test task.
 
 The model built for vLLM (`GPU_SPEC`) is also the one `envkit eval --openai-url` meets behind vLLM's server,
 whose prompt lists the tools without TRL's `return` descriptions: it warms up on every conversation both ways
@@ -24,7 +28,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,8 @@ from ..environment import Environment
 from .binding import ServedEnvironment, tool_names
 from .policy_player import sample_argument, tool_players
 
-__all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "scripted_conversations", "chat_api_tools",
-           "CHAT_TEMPLATE_KWARGS"]
+__all__ = ["TinyModelSpec", "GPU_SPEC", "build_tiny_model", "warmup_rows", "scripted_conversations",
+           "chat_api_tools", "CHAT_TEMPLATE_KWARGS"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -69,6 +73,8 @@ class TinyModelSpec:
     scripted_share: float = 0.75
     warmup_steps: int = 100
     warmup_lr: float = 5e-3
+    #: Episodes per warm-up step; with no more episodes than this, every step takes them all.
+    warmup_batch_size: int = 16
     seed: int = 0
     #: Warm up on every conversation twice: with the tools as TRL renders them, and as vLLM's OpenAI-compatible
     #: server does (`chat_api_tools`), so the model also plays behind that server. Twice the warm-up's work.
@@ -76,9 +82,10 @@ class TinyModelSpec:
 
 
 #: For vLLM, on a GPU or its CPU build: attention kernels want a head size of 64 (the CPU build has none for 16);
-#: and it is the model `vllm serve` serves to `envkit eval --openai-url`.
+#: and it is the model `vllm serve` serves to `envkit eval --openai-url`. Each episode is warmed up on twice (both
+#: tool renderings), so a mini-batch holds twice as many conversations: the same 16 episodes' worth.
 GPU_SPEC = TinyModelSpec(hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1, head_dim=64,
-                         chat_api_tools=True)
+                         chat_api_tools=True, warmup_batch_size=32)
 
 #: The fields of a function that the chat API defines, and all that vLLM's server hands its chat template.
 CHAT_API_FUNCTION_FIELDS = ("name", "description", "parameters")
@@ -226,9 +233,7 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     spec = spec or TinyModelSpec()
     started = time.perf_counter()
     torch.manual_seed(spec.seed)
-    games = any(solver_of(env_class, spec.seed) is not None for env_class in (players or {}).values())
-    chosen = [rows[index % len(rows)] for index in range(spec.game_episodes if games else spec.episodes)]
-    conversations = scripted_conversations(classes, chosen, max_turns=spec.max_turns, seed=spec.seed, players=players,
+    conversations = scripted_conversations(classes, warmup_rows(rows, spec, players), max_turns=spec.max_turns, seed=spec.seed, players=players,
                                            scripted_share=spec.scripted_share)
     if spec.chat_api_tools:
         conversations = _with_chat_api_tools(conversations)
@@ -266,6 +271,14 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
         model.save_pretrained(save_to)
         tokenizer.save_pretrained(save_to)
     return model, tokenizer, figures
+
+
+def warmup_rows(rows: Sequence[dict[str, Any]], spec: TinyModelSpec,
+                players: Mapping[str, type[Environment]] | None = None) -> list[dict[str, Any]]:
+    """The rows the warm-up plays, one scripted episode each: the first `spec.game_episodes` rows when an
+    environment in `players` has a scripted solver, else the first `spec.episodes`, cycling through `rows`."""
+    games = any(solver_of(env_class, spec.seed) is not None for env_class in (players or {}).values())
+    return [rows[index % len(rows)] for index in range(spec.game_episodes if games else spec.episodes)]
 
 
 def _encode(tokenizer: Any, template: str, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]
@@ -319,15 +332,33 @@ def _longest_episode(batch: dict[str, Any]) -> int:
     return longest
 
 
+def _mini_batches(batch: dict[str, Any], size: int, seed: int) -> Iterator[dict[str, Any]]:
+    """Endless mini-batches of `size` conversations, reshuffled after each pass, each cut to its longest; the
+    whole batch every time when it holds no more than `size`."""
+    count = len(batch["input_ids"])
+    if count <= size:
+        while True:
+            yield batch
+    rng = random.Random(seed)
+    order = list(range(count))
+    while True:
+        rng.shuffle(order)
+        for start in range(0, count - size + 1, size):
+            chosen = order[start: start + size]
+            width = int(batch["attention_mask"][chosen].sum(dim=1).max())
+            yield {key: value[chosen, :width] for key, value in batch.items()}
+
+
 def _warm_up(model: Any, batch: dict[str, Any], spec: TinyModelSpec) -> float:
     import torch
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
     loss_value = float("nan")
+    batches = _mini_batches(batch, spec.warmup_batch_size, spec.seed)
     for _ in range(spec.warmup_steps):
         optimizer.zero_grad()
-        loss = model(**batch).loss
+        loss = model(**next(batches)).loss
         loss.backward()
         optimizer.step()
         loss_value = float(loss.item())

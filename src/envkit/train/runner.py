@@ -29,13 +29,13 @@ from ..play.binding import ServedEnvironment, Tally, bind, tool_names
 from ..play.embedded import serve_envs
 from ..play.model_check import check_model
 from ..play.models import PLAY_SETTINGS_FILE, SEED_EPISODES
-from ..play.tasks import env_rows, file_rows, task_prompt, task_rows
+from ..play.tasks import TEST_SPLIT, TRAIN_SPLIT, file_rows, server_tasks, task_prompt, train_tasks, training_rows
 from .ors_binding import OrsServedEnvironment, bind_ors
 from .rewards import parse_reward, reward_functions, train_rewards
 from .settings import TrainSettings
 from .vllm_setup import check_vllm, prepare_vllm, sync_by_reload
 
-__all__ = ["run", "Run", "TrainingStopped", "save_play_settings"]
+__all__ = ["run", "Run", "TrainingStopped", "save_play_settings", "training_data"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -121,41 +121,42 @@ def _server_name(url: str, protocol: str) -> str:
 def _bind(settings: TrainSettings, name: str, url: str) -> type[ServedEnvironment]:
     if _protocol(url, settings.protocol) == "ors":
         try:
-            return bind_ors(url, name=name, split=settings.split, reconnect_timeout=settings.reconnect_timeout)
+            cls = bind_ors(url, name=name, split=settings.split, reconnect_timeout=settings.reconnect_timeout)
         except ValueError as error:
             raise ConfigurationError(str(error)) from None
+        if cls.split == TEST_SPLIT and not settings.train_on_test:
+            raise ConfigurationError(f"{name} at {url} has no {TRAIN_SPLIT} split, and its first, {TEST_SPLIT}, is "
+                                     "what evaluation plays: name another with --split, or pass --train-on-test")
+        return cls
     return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout)
 
 
-def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]]) -> dict[str, list[dict[str, Any]]]:
-    """Each environment's list of reset arguments when the run trains on tasks (`--split`, or an ORS server);
-    empty when it does not (then rows carry seeds)."""
-    if settings.split is None and not any(issubclass(cls, OrsServedEnvironment) for cls in classes.values()):
-        return {}
-    tasks = {}
+def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]]
+           ) -> dict[str, list[dict[str, Any]] | None]:
+    """Each environment's reset arguments to train on: an ORS server's tasks of its split, the tasks of `--split`,
+    else its `train` tasks; None for an environment with no train split (its rows carry seeds)."""
+    tasks: dict[str, list[dict[str, Any]] | None] = {}
     for name, cls in classes.items():
         if issubclass(cls, OrsServedEnvironment):
             tasks[name] = [{"task_index": index} for index in range(cls.server.num_tasks(cls.split))]
         elif settings.split is not None:
-            tasks[name] = _envkit_tasks(name, cls.url, settings.split)
+            tasks[name] = server_tasks(name, cls.url, settings.split)
         else:
-            tasks[name] = [{"seed": settings.seed + index} for index in range(settings.num_episodes or SEED_EPISODES)]
+            tasks[name] = train_tasks(cls.url)
     return tasks
 
 
-def _envkit_tasks(name: str, url: str, split: str) -> list[dict[str, Any]]:
-    """The tasks of `split` from an envkit server's task catalogue (its Open Reward Standard routes)."""
-    try:
-        server = OrsServer(url)
-        if split not in server.splits():
-            raise ConfigurationError(f"--split {split}: {name} has no such split; its splits: "
-                                     f"{', '.join(server.splits()) or 'none'}")
-        return server.tasks(split)
-    except (EnvkitError, KeyError) as error:
-        if isinstance(error, ConfigurationError):
-            raise
-        raise ConfigurationError(f"--split {split}: cannot read {name}'s tasks at {url} ({error}); is it an "
-                                 "envkit server?") from None
+def training_data(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]],
+                  prompts: Mapping[str, str], say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """The rows the run trains on (and the tiny model warms up on): `--dataset`, else the environments' tasks
+    (`envkit.play.tasks.training_rows`)."""
+    if settings.dataset:
+        return file_rows(settings.dataset, prompts)
+    tasks = _tasks(settings, classes)
+    for name, listed in tasks.items():
+        if listed is not None and not issubclass(classes[name], OrsServedEnvironment):
+            say(f"training on {name}'s {settings.split or TRAIN_SPLIT} split ({len(listed)} tasks)")
+    return training_rows(prompts, tasks, settings.num_episodes, settings.seed, SEED_EPISODES)
 
 
 def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str], None] = print, *,
@@ -177,12 +178,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
                     settings.batch_size * settings.gradient_accumulation_steps)
     evaluation = _Evaluation(settings, urls, say) if settings.eval_games else None
     prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
-    if settings.dataset:
-        rows = file_rows(settings.dataset, prompts)
-    else:
-        tasks = _tasks(settings, classes)
-        rows = (task_rows(prompts, tasks, settings.num_episodes) if tasks
-                else env_rows(prompts, settings.num_episodes or SEED_EPISODES, settings.seed))
+    rows = training_data(settings, classes, prompts, say)
     dataset = _table(rows)
     from .samples import EpisodeSampler
 
@@ -379,7 +375,7 @@ class _Evaluation:
                                          "with --env beside --env-url")
             self.metrics[name] = tuple(env_classes[name].METRICS)
             prompt = task_prompt(name, cls.metadata)
-            self.games.extend(split_games(name, env_classes[name], "test", settings.eval_games, prompt))
+            self.games.extend(split_games(name, env_classes[name], TEST_SPLIT, settings.eval_games, prompt))
         _check_capacity(urls, settings.eval_games)
         self.rows: list[Any] = []
         self.transcripts: list[Any] = []

@@ -31,6 +31,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..play.models import (SEED_EPISODES, TINY, TINY_GAME_STEPS, TINY_LR_WARMUP_STEPS, chat_template_kwargs,
                            model_defaults)
+from ..play.tasks import TEST_SPLIT, TRAIN_SPLIT
 
 __all__ = ["TrainSettings", "load_config", "settings_from", "model_defaults", "TINY", "DEFAULT_OUTPUT_DIR",
            "TINY_GAME_STEPS", "SEED_EPISODES"]
@@ -77,7 +78,8 @@ class TrainSettings:
     reward: list[str] = field(default_factory=list)   # empty: each environment's `train_rewards`, else env
     dataset: str | None = None
     num_episodes: int | None = None   # None: every task of the split once, or SEED_EPISODES seeded rows
-    split: str | None = None
+    split: str | None = None   # None: each environment's `train` split, else seeds
+    train_on_test: bool = False   # `--split test` is refused without it
     protocol: str = "auto"
     eval_games: int = 0
     transcripts_per_step: int = 4
@@ -149,6 +151,10 @@ class TrainSettings:
             raise ConfigurationError(
                 f"{len(self.env)} --env names for {len(self.env_url)} --env-url servers: give one name per server "
                 "(in the same order), or leave out --env to use the names the servers report")
+        if self.split == TEST_SPLIT and not self.train_on_test:
+            raise ConfigurationError(f"--split {TEST_SPLIT}: those are the games envkit eval and --eval-games score; "
+                                     f"train on {TRAIN_SPLIT} (the default), or pass --train-on-test to train on them "
+                                     "anyway")
         if self.eval_games < 0:
             raise ConfigurationError("--eval-games must be 0 (no evaluation) or a number of test games")
         if self.transcripts_per_step < 0:

@@ -26,7 +26,7 @@ class {{cookiecutter.class_prefix}}Environment(Environment[{{cookiecutter.class_
     RUN_INLINE = True  # reset, step and the tool are quick and never block
     EPISODE_LENGTH = MAX_GUESSES  # tool calls in a game played to its end: `envkit train` fits its budgets to it
     REWARD_RANGE = (0.0, 1.0)  # what one episode can score; an abandoned episode counts as the lowest
-    #: Each task is the keyword arguments of one `reset`: `envkit train --split train` trains on the train split,
+    #: Each task is the keyword arguments of one `reset`: `envkit train` trains on the train split,
     #: `envkit eval` plays the test split, and Open Reward Standard clients list both.
     TASKS = {"train": tuple({"seed": seed} for seed in range(100)),
              "test": tuple({"seed": seed} for seed in range(1000, 1030))}
