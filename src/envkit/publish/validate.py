@@ -28,7 +28,7 @@ from ..tools import tool_specs
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
 
 __all__ = ["Check", "Report", "validate_folder", "validate_class", "validate_url", "check_ors", "example_from_schema",
-           "read_front_matter", "SPACE_FILES"]
+           "read_front_matter", "is_refusal", "SPACE_FILES"]
 
 Status = Literal["ok", "warn", "fail"]
 #: Files every env folder needs to become a Space.
@@ -412,8 +412,8 @@ def _check_ors_session(report: Report, server: OrsServer, split: str | None, too
             report.add("ors call", [], f"{tool['name']}({arguments}) → {result.text[:50]!r}, reward {result.reward}, "
                                        f"finished {result.done}")
         except EnvError as error:
-            report.add("ors call", [f"{tool['name']}({arguments}): {error}"], "",
-                       warn=error.code == "INPUT_VALIDATION")
+            report.add("ors call", [_refusal_note(f"{tool['name']}({arguments}): {error}", error.message)], "",
+                       warn=error.code == "INPUT_VALIDATION" or is_refusal(error.message))
     finally:
         session.close()
     try:
@@ -485,16 +485,37 @@ async def _check_episode(report: Report, client: Any, action: dict[str, Any]) ->
         result = await client.step(action)
         report.add("step", [], f"action {action} → reward {result.reward}, done {result.done}")
     except ClientError as error:
-        report.add("step", [f"action {action}: {error}; to have a legal move sent, give the Action model an "
-                            "example: model_config = ConfigDict(json_schema_extra={'examples': [{...}]})"], "",
-                   warn=_refused_input(error))
+        report.add("step", [f"action {action}: {error}; to have a legal move sent, give the Action's field an "
+                            "example: `answer: float = Field(examples=[42])`"], "", warn=_refused_input(error))
     finally:
         await client.close()
 
 
 def _refused_input(error: ClientError) -> bool:
-    """The env refused the made-up input as invalid: the round trip works, the input was just not a legal one."""
-    return isinstance(error, EnvError) and error.code == ErrorCode.VALIDATION_ERROR
+    """The env refused the made-up input: the round trip works, the input was just not a legal one.
+
+    Either the arguments did not fit the schema (`VALIDATION_ERROR`) or the environment raised `ValueError`,
+    which is how an environment refuses a move; any other exception is a bug in the environment."""
+    return isinstance(error, EnvError) and (error.code == ErrorCode.VALIDATION_ERROR
+                                            or error.code == ErrorCode.EXECUTION_ERROR and is_refusal(error.message))
+
+
+#: How every surface words an environment's `ValueError`: `ValueError: ...` (/ws, /mcp), `tool raised ValueError: ...`
+#: (ORS).
+_REFUSAL = re.compile(r"(?:^|\braised )ValueError: ")
+
+
+def is_refusal(message: str) -> bool:
+    """Whether an error message reports the environment's `ValueError` (a refused move, not a bug)."""
+    return bool(_REFUSAL.search(message))
+
+
+def _refusal_note(detail: str, message: str) -> str:
+    """`detail`, with how to have a legal input sent when the environment refused the made-up one."""
+    if not is_refusal(message):
+        return detail
+    return (f"{detail}; the environment refused the made-up arguments (a ValueError is a refusal, not a bug); to have "
+            "a legal call sent, give the argument an example: `expression: Annotated[str, Field(examples=['2 + 3'])]`")
 
 
 async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) -> None:
@@ -506,7 +527,9 @@ async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) ->
             result = await client.call(function["name"], **arguments)
         report.add("tool call", [], f"{function['name']}({arguments}) → {result.text[:60]!r}")
     except ClientError as error:
-        report.add("tool call", [f"{function['name']}({arguments}): {error}"], "", warn=_refused_input(error))
+        message = error.message if isinstance(error, EnvError) else ""
+        report.add("tool call", [_refusal_note(f"{function['name']}({arguments}): {error}", message)], "",
+                   warn=_refused_input(error))
 
 
 async def _check_two_sessions(report: Report, url: str, timeout: float, max_sessions: int | None) -> None:
@@ -551,6 +574,10 @@ class _McpProblem(Exception):
     """A check of `/mcp` that failed, with what was wrong."""
 
 
+class _McpRefusal(_McpProblem):
+    """The environment refused the made-up tool call: the surface works; a warning, as on the other surfaces."""
+
+
 async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]]) -> None:
     """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP."""
     import httpx
@@ -562,7 +589,7 @@ async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[
             try:
                 report.add(name, [], await check(rpc, names, tools))
             except _McpProblem as problem:
-                report.add(name, [str(problem)], "")
+                report.add(name, [str(problem)], "", warn=isinstance(problem, _McpRefusal))
             except httpx.HTTPError as error:
                 report.add(name, [f"POST {http_url}/mcp failed: {type(error).__name__}: {error}"], "")
 
@@ -642,7 +669,10 @@ async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[
                                                    "arguments": {**arguments, "episode_id": episode_id}})
             text = (result.get("content") or [{}])[0].get("text", "")
             if result.get("isError"):
-                return f"{detail}; {function['name']}({arguments}) was refused by the environment: {text[:60]!r}"
+                refused = f"{function['name']}({arguments}): {text[:80]}"
+                if is_refusal(text):
+                    raise _McpRefusal(_refusal_note(refused, text))
+                raise _McpProblem(f"{refused} (the environment raised; a ValueError would be a refusal)")
             detail += f", {function['name']}({arguments}) → {text[:40]!r}"
     finally:
         await rpc.call("tools/call", {"name": "close", "arguments": {"episode_id": episode_id}})

@@ -26,10 +26,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from ...core.reset_arguments import reset_method
 from ...environment import Environment
 from ...errors import ToolDefinitionError
 from ...tools import json_schema_for, parse_google_docstring
-from ..ws import reset_method
 
 __all__ = ["WEB_PATH", "mount_web", "reset_schema"]
 
