@@ -93,10 +93,10 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
         settings["max_concurrent_envs"] = max_concurrent_envs
     if session_timeout is not None:
         settings["session_timeout_s"] = session_timeout
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     resolved = resolve_target(target)   # a bad target or environment definition: one line (envkit.cli.main)
     app = app_from_environment(resolved.env_class, env_name=resolved.name, **settings)
     pool = app.state.envkit_pool
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if not app.access.requires_key and not is_loopback_host(host):
         click.echo(f"envkit: warning: serving on {host} without an API key: anyone who can reach this address can "
                    "open sessions; set one with ENVKIT_API_KEY or --api-key-env NAME", err=True)

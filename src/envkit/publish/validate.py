@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..app.targets import app_from_environment, bundled_envs, import_attribute, resolve_target
+from ..app.targets import app_from_environment, bundled_envs, import_attribute, is_file_target, resolve_target
 from ..client.ors_client import OrsServer, is_ors_server
 from ..errors import (AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError,
                       SessionLostError)
@@ -686,6 +686,8 @@ def validate(target: str) -> Report:
     if target.startswith(("http://", "https://", "ws://", "wss://")):
         return asyncio.run(validate_url(target))
     folder = Path(target)
+    if is_file_target(target):
+        return validate_class(target)
     if folder.exists() or "/" in target or target.startswith("."):
         return validate_folder(folder)
     if ":" in target:
