@@ -161,7 +161,7 @@ def test_validate_url_judges_a_refusal_as_a_warning_on_every_surface(math_url: s
     assert found["tool call"] == found["mcp (standard)"] == found["ors call"] == "warn", report.table()
     for name in ("tool call", "mcp (standard)", "ors call"):
         assert "ValueError: only numbers" in detail(report, name)
-        assert "Field(examples=" in detail(report, name)
+        assert "give it an example: `expression: Annotated[str, Field(examples=[...])]`" in detail(report, name)
 
 
 def test_validate_url_fails_a_tool_that_raises_anything_else(tmp_path: Path) -> None:
@@ -183,6 +183,16 @@ def test_an_argument_example_is_listed_and_validate_calls_with_it(tmp_path: Path
     assert statuses(report)["tool call"] == "ok", report.table()
     assert "calculate({'expression': '6 * 7'}) → '42'" in detail(report, "tool call")
     assert statuses(report)["ors call"] == "ok" and "'6 * 7'" in detail(report, "mcp (standard)")
+
+
+def test_a_refused_example_is_a_warning_with_nothing_to_fix(tmp_path: Path) -> None:
+    """An anagram's legal word depends on the episode: its example may be refused, and that is no mistake."""
+    target = load_math(tmp_path, 'Annotated[str, Field(examples=["six times seven"])]')
+    with running_server(app_from_environment(target.env_class)) as url:
+        report = asyncio.run(validate_url(url))
+    assert report.ok and statuses(report)["tool call"] == "warn"
+    assert "made from the examples given, so a legal move depends on the episode: nothing to fix" in \
+        detail(report, "tool call")
 
 
 def test_an_args_line_for_an_argument_the_tool_does_not_take_is_named(tmp_path: Path) -> None:
@@ -347,7 +357,8 @@ def test_eval_against_a_server_needs_no_env_name(math_url: str, tmp_path: Path) 
 
 
 def test_training_a_tiny_model_without_a_scripted_player_says_what_to_do_before_step_one(tmp_path: Path) -> None:
-    write_math(tmp_path)
+    """Also: an argument with examples binds to the trainer (transformers' schema has no examples to compare)."""
+    write_math(tmp_path, EXAMPLE)
     done = envkit("train", "--env", "./mathenv.py:MathEnvironment", "--max-steps", "1", "--output-dir", "run",
                   cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -351,7 +351,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
         report.add("tools", [str(error)], "")
 
     action = example_from_schema(schema["action"]) if isinstance(schema.get("action"), dict) else {}
-    await _check_episode(report, client, action)
+    await _check_episode(report, client, action, schema.get("action") if isinstance(schema.get("action"), dict) else {})
     if tools and not _tool_listing_problems(tools[0]):
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
@@ -412,7 +412,8 @@ def _check_ors_session(report: Report, server: OrsServer, split: str | None, too
             report.add("ors call", [], f"{tool['name']}({arguments}) → {result.text[:50]!r}, reward {result.reward}, "
                                        f"finished {result.done}")
         except EnvError as error:
-            report.add("ors call", [_refusal_note(f"{tool['name']}({arguments}): {error}", error.message)], "",
+            report.add("ors call", [_refusal_note(f"{tool['name']}({arguments}): {error}", error.message,
+                                                  tool.get("parameters") or {})], "",
                        warn=error.code == "INPUT_VALIDATION" or is_refusal(error.message))
     finally:
         session.close()
@@ -472,7 +473,7 @@ def _tool_listing_problems(tool: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def _check_episode(report: Report, client: Any, action: dict[str, Any]) -> None:
+async def _check_episode(report: Report, client: Any, action: dict[str, Any], action_schema: dict[str, Any]) -> None:
     try:
         await client.connect()
         first = await client.reset(seed=0)
@@ -485,8 +486,10 @@ async def _check_episode(report: Report, client: Any, action: dict[str, Any]) ->
         result = await client.step(action)
         report.add("step", [], f"action {action} → reward {result.reward}, done {result.done}")
     except ClientError as error:
-        report.add("step", [f"action {action}: {error}; to have a legal move sent, give the Action's field an "
-                            "example: `answer: float = Field(examples=[42])`"], "", warn=_refused_input(error))
+        message = error.message if isinstance(error, EnvError) else ""
+        hint = "" if is_refusal(message) else f"; {_example_hint(action_schema)}"
+        report.add("step", [_refusal_note(f"action {action}: {error}", message, action_schema) + hint], "",
+                   warn=_refused_input(error))
     finally:
         await client.close()
 
@@ -510,12 +513,23 @@ def is_refusal(message: str) -> bool:
     return bool(_REFUSAL.search(message))
 
 
-def _refusal_note(detail: str, message: str) -> str:
-    """`detail`, with how to have a legal input sent when the environment refused the made-up one."""
+def _refusal_note(detail: str, message: str, schema: dict[str, Any]) -> str:
+    """`detail`, with how to have a legal input sent when the environment refused the one made from `schema`."""
     if not is_refusal(message):
         return detail
-    return (f"{detail}; the environment refused the made-up arguments (a ValueError is a refusal, not a bug); to have "
-            "a legal call sent, give the argument an example: `expression: Annotated[str, Field(examples=['2 + 3'])]`")
+    return f"{detail}; the environment refused it (a ValueError is a refusal, not a bug); {_example_hint(schema)}"
+
+
+def _example_hint(schema: dict[str, Any]) -> str:
+    """What to do about a refused made-up input: give its arguments examples, unless they have some."""
+    properties = schema.get("properties") or {}
+    if any("examples" in one for one in properties.values()) or "examples" in schema:
+        return "it was made from the examples given, so a legal move depends on the episode: nothing to fix"
+    name = next(iter(schema.get("required") or properties), "value")
+    kind = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}.get(
+        str((properties.get(name) or {}).get("type")), "str")
+    return (f"to have a legal one sent, give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a "
+            f"tool, `{name}: {kind} = Field(examples=[...])` on an Action")
 
 
 async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) -> None:
@@ -528,7 +542,8 @@ async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) ->
         report.add("tool call", [], f"{function['name']}({arguments}) → {result.text[:60]!r}")
     except ClientError as error:
         message = error.message if isinstance(error, EnvError) else ""
-        report.add("tool call", [_refusal_note(f"{function['name']}({arguments}): {error}", message)], "",
+        report.add("tool call", [_refusal_note(f"{function['name']}({arguments}): {error}", message,
+                                               function.get("parameters") or {})], "",
                    warn=_refused_input(error))
 
 
@@ -671,7 +686,7 @@ async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[
             if result.get("isError"):
                 refused = f"{function['name']}({arguments}): {text[:80]}"
                 if is_refusal(text):
-                    raise _McpRefusal(_refusal_note(refused, text))
+                    raise _McpRefusal(_refusal_note(refused, text, function.get("parameters") or {}))
                 raise _McpProblem(f"{refused} (the environment raised; a ValueError would be a refusal)")
             detail += f", {function['name']}({arguments}) → {text[:40]!r}"
     finally:
