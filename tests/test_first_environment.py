@@ -187,12 +187,21 @@ def test_an_argument_example_is_listed_and_validate_calls_with_it(tmp_path: Path
 
 def test_a_refused_example_is_a_warning_with_nothing_to_fix(tmp_path: Path) -> None:
     """An anagram's legal word depends on the episode: its example may be refused, and that is no mistake."""
-    target = load_math(tmp_path, 'Annotated[str, Field(examples=["six times seven"])]')
+    target = load_math(tmp_path, 'Annotated[str, Field(examples=["6 / 7"])]')
     with running_server(app_from_environment(target.env_class)) as url:
         report = asyncio.run(validate_url(url))
     assert report.ok and statuses(report)["tool call"] == "warn"
     assert "made from the examples given, so a legal move depends on the episode: nothing to fix" in \
         detail(report, "tool call")
+
+
+def test_an_argument_with_examples_binds_to_the_trainer(tmp_path: Path) -> None:
+    """The schema transformers builds for the bound method has no examples; they must not count as a mismatch."""
+    from envkit.play.binding import bind, tool_names
+
+    target = load_math(tmp_path, EXAMPLE)
+    with running_server(app_from_environment(target.env_class)) as url:
+        assert set(tool_names(bind(url, name="math", check_schemas=True))) == {"calculate", "submit"}
 
 
 def test_an_args_line_for_an_argument_the_tool_does_not_take_is_named(tmp_path: Path) -> None:
