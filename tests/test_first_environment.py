@@ -204,6 +204,18 @@ def test_an_argument_with_examples_binds_to_the_trainer(tmp_path: Path) -> None:
         assert set(tool_names(bind(url, name="math", check_schemas=True))) == {"calculate", "submit"}
 
 
+def test_a_trainers_dataset_columns_that_reset_does_not_take_stay_in_the_dataset(math_url: str) -> None:
+    """TRL gives `reset` every column of a row (an ORS dataset's `task_index`, say); the binding passes on the names
+    `/metadata` says reset takes, where a client naming one of the others directly is refused."""
+    from envkit.play.binding import bind
+
+    environment = bind(math_url, name="math")()
+    assert "What is 9 plus 10?" in environment.reset(prompt="Solve it.", problem=1, task_index=7, split="train")
+    assert environment.episode.row == {"problem": 1}
+    assert httpx.get(math_url + "/metadata", trust_env=False).json()["reset_arguments"] == [
+        "episode_id", "problem", "seed"]
+
+
 def test_an_args_line_for_an_argument_the_tool_does_not_take_is_named(tmp_path: Path) -> None:
     source = write_math(tmp_path, name=f"mathenv_{next(_modules)}")
     path = next(source.glob("mathenv_*.py"))
