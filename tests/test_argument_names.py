@@ -35,18 +35,19 @@ def test_tool_and_reset_arguments_named_like_internals_reach_the_environment(cla
         assert env.call("configure", model_config="slow").text == "model_config=slow _private=0 json=False"
 
 
-def test_a_name_the_environment_cannot_take_is_refused_or_dropped_clearly(
+def test_a_name_the_environment_cannot_take_is_refused_clearly(
         clash_url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="envkit.server")
     with connect(websocket_url(clash_url), proxy=None) as sock:
         reply = ask(sock, {"type": "reset", "data": {"self": 1, "function": "g"}})
-        assert reply["type"] == "observation"   # `self` cannot reach reset(self, ...): dropped like any unknown name
-        assert reply["data"]["observation"]["tag"] == "function=g extra=[]"
+        assert reply["data"]["code"] == "VALIDATION_ERROR"   # `self` cannot reach reset(self, ...): refused by name
+        assert "takes no argument 'self'" in reply["data"]["message"]
+        assert ask(sock, {"type": "reset", "data": {"function": "g"}})["data"]["observation"]["tag"] == \
+            "function=g extra=[]"
         reply = ask(sock, {"type": "call", "data": {"tool": "call_function", "args": {"function": "x", "self": 1}}})
         assert reply["data"]["code"] == "VALIDATION_ERROR"
         assert "self: Extra inputs are not permitted" in reply["data"]["message"]
         assert ask(sock, {"type": "state"})["type"] == "state"   # the session carries on
-    assert any("reset ignores self" in record.getMessage() for record in caplog.records)
     with EnvClient(clash_url).sync() as env:
         env.reset()
         with pytest.raises(EnvError) as refused:

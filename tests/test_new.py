@@ -176,3 +176,41 @@ def test_a_failed_render_removes_the_folders_it_made(tmp_path: Path, monkeypatch
     with pytest.raises(OSError, match="disk full"):
         render_env("demo_env", tmp_path / "a" / "b")
     assert list(tmp_path.iterdir()) == []
+
+
+def misaligned_continuations(source: str) -> list[int]:
+    """Lines continuing a bracket opened with text after it that do not start under that text (visual indent)."""
+    import io
+    import tokenize
+
+    tokens = [token for token in tokenize.generate_tokens(io.StringIO(source).readline)
+              if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)]
+    stack: list[tuple[int, int] | None] = []   # per open bracket: where its continuation lines must start, or None
+    wrong, last_row = [], 0
+    for index, token in enumerate(tokens):
+        if token.start[0] != last_row and stack and stack[-1] is not None and token.string not in ")]}":
+            if token.start[1] != stack[-1][1]:
+                wrong.append(token.start[0])
+        last_row = token.end[0]
+        if token.string in "([{" and token.type == tokenize.OP:
+            following = tokens[index + 1] if index + 1 < len(tokens) else None
+            hanging = following is None or following.start[0] != token.start[0]
+            stack.append(None if hanging else (token.start[0], token.end[1]))
+        elif token.string in ")]}" and token.type == tokenize.OP and stack:
+            stack.pop()
+    return wrong
+
+
+@pytest.mark.parametrize("name", ["g", "word_ladder_puzzle_env"])
+def test_any_name_keeps_the_code_and_the_layout_block_aligned(tmp_path: Path, name: str) -> None:
+    folder = render_env(name, tmp_path)
+    for path in folder.rglob("*.py"):
+        assert misaligned_continuations(path.read_text()) == [], path
+    readme = (folder / "README.md").read_text()
+    block = readme.split("## Layout", 1)[1].split("```")[1].strip().splitlines()
+    columns = {len(line) - len(line.split(None, 1)[1]) for line in block}
+    assert len(columns) == 1, block
+
+
+def test_the_alignment_check_finds_a_misaligned_line() -> None:
+    assert misaligned_continuations("x = f(a,\n  b)\ny = f(\n    a)\n") == [2]

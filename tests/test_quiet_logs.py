@@ -54,6 +54,7 @@ def test_bad_input_is_counted_and_logged_once_per_kind_without_tracebacks() -> N
     warnings = Counter(re.findall(r"bad client input \((\w+)\)", log))
     assert warnings and max(warnings.values()) == 1, warnings   # one line per kind, however many times it came
     assert '"WebSocket /ws" [accepted]' not in log and "New connection accepted" not in log  # no line per connection
+    assert "connection open" not in log and "connection closed" not in log and "connection rejected" not in log
     counted = dict(re.findall(r'envkit_bad_input_total\{kind="(\w+)"\} (\d+)', metrics))
     assert int(counted["invalid_json"]) >= ROUNDS
     assert int(counted["bad_frame"]) >= ROUNDS

@@ -287,3 +287,56 @@ def test_the_layout_page_lists_each_layer_folder_as_it_is() -> None:
         there |= {f"{path.name}/" for path in (ROOT / "src" / "envkit" / folder).iterdir()
                   if path.is_dir() and not path.name.startswith("__")}
         assert listed == there, f"{folder}/: the page lists {sorted(listed - there)}, misses {sorted(there - listed)}"
+
+
+def sentences(page: Path) -> list[str]:
+    """The page's prose sentences (tables and headings left out), whitespace made single."""
+    text = "\n".join(line for line in prose(page).splitlines() if not line.lstrip().startswith(("|", "#")))
+    return [" ".join(part.split()) for part in re.split(r"(?<=[.:;])\s+(?=[A-Z`(])|\n\s*\n", text) if part.strip()]
+
+
+def repeated_sentences(page: Path) -> list[str]:
+    """Sentences of six words or more that come twice, or whose first copy is cut short (a start of another)."""
+    found = sentences(page)
+    return sorted({one for index, one in enumerate(found) if len(one.split()) >= 6
+                   and any(other != one and other.startswith(one) or other == one
+                           for other in found[index + 1:])})
+
+
+def test_no_page_repeats_a_sentence(tmp_path: Path) -> None:
+    assert {page.name: repeated for page in PAGES if (repeated := repeated_sentences(page))} == {}
+    cut = tmp_path / "cut.md"
+    cut.write_text("The socket closes with 1001 at shutdown and\n\nThe socket closes with 1001 at shutdown and every "
+                   "environment's close() runs.\n")
+    assert repeated_sentences(cut)   # the check itself finds a truncated first copy
+
+
+def split_tables(page: Path) -> list[str]:
+    """Table rows separated from the table above by a blank line (markdown then starts a second, headless table)."""
+    lines = [*prose(page).splitlines(), ""]
+    return [lines[index + 1] for index in range(1, len(lines) - 2)
+            if not lines[index].strip() and lines[index - 1].startswith("|") and lines[index + 1].startswith("|")
+            and not re.match(r"\|\s*:?-{3}", lines[index + 2])]   # a header row and its rule begin a table of its own
+
+
+def test_no_table_is_split_by_a_blank_line(tmp_path: Path) -> None:
+    assert {page.name: rows for page in PAGES if (rows := split_tables(page))} == {}
+    broken = tmp_path / "broken.md"
+    broken.write_text("| a | b |\n| --- | --- |\n| 1 | 2 |\n\n| 3 | 4 |\n\n| c | d |\n| --- | --- |\n")
+    assert split_tables(broken) == ["| 3 | 4 |"]
+
+
+def test_the_readme_and_train_help_give_the_main_job_the_same_time() -> None:
+    from envkit.cli.train import command
+
+    readme = re.search(r"offline, in about (\w+ \w+(?: \w+)?) after the", " ".join(README.read_text().split()))
+    helped = re.search(r"offline, in about (\w+ \w+(?: \w+)?)\.", " ".join((command.help or "").split()))
+    assert readme and helped and readme.group(1) == helped.group(1), (readme, helped)
+
+
+def test_the_readme_lists_every_file_the_main_job_writes() -> None:
+    """Every file name the trainer writes into its run folder; `eval_transcripts.jsonl` only with --eval-games."""
+    written = set(re.findall(r'"(\w+\.(?:jsonl|csv|png))"', "".join(path.read_text() for path in
+                                                                      (ROOT / "src/envkit/train").glob("*.py"))))
+    listed = re.search(r"Outputs land in `envkit-train/` \((.*?)\)", " ".join(README.read_text().split())).group(1)
+    assert written - {"eval_transcripts.jsonl"} <= set(re.findall(r"`([\w.]+)`", listed)), listed

@@ -106,22 +106,19 @@ def test_reset_arguments_reach_a_reset_that_takes_any(counter_url: str) -> None:
         assert reply["data"]["observation"]["tag"] == "t1"
 
 
-def test_reset_arguments_the_environment_does_not_take_are_dropped_and_logged_once(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_reset_arguments_the_environment_does_not_take_are_refused_by_name() -> None:
     from sample_envs import CounterAction, CounterObservation, StrictResetEnvironment
 
     from envkit import create_app
     from envkit.testing import running_server
 
-    caplog.set_level(logging.WARNING, logger="envkit.server")
     app = create_app(StrictResetEnvironment, CounterAction, CounterObservation)
     with running_server(app) as url, ws(url) as sock:
-        for tag in ("t1", "t2"):
-            reply = ask(sock, {"type": "reset", "data": {"tag": tag, "prompt": "dataset column"}})
-            assert reply["type"] == "observation" and reply["data"]["observation"]["tag"] == tag
-    warnings = [record.getMessage() for record in caplog.records if "reset ignores" in record.getMessage()]
-    assert len(warnings) == 1   # once per set of ignored names, not once per reset
-    assert warnings[0].startswith("reset ignores prompt: the environment's reset() takes only episode_id, seed, tag")
+        reply = ask(sock, {"type": "reset", "data": {"tga": "t1"}})
+        assert reply["data"]["code"] == "VALIDATION_ERROR"
+        assert reply["data"]["message"] == ("Invalid reset: StrictResetEnvironment.reset() takes no argument 'tga' "
+                                            "(did you mean 'tag'?); it takes episode_id, seed, tag")
+        assert ask(sock, {"type": "reset", "data": {"tag": "t2"}})["data"]["observation"]["tag"] == "t2"
 
 
 def test_environment_returning_a_non_observation_is_an_execution_error() -> None:

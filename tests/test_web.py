@@ -86,6 +86,16 @@ def test_the_page_html_carries_the_environments_name_and_a_loading_note_escaped(
     assert re.search(r'<section id="view-play" class="view" aria-label="Play">', page.text)
 
 
+def test_the_page_html_shows_the_tools_and_splits_before_any_script_runs() -> None:
+    """What a screenshot taken at first paint shows: each tool's call and summary, and the task splits."""
+    target = resolve_target("echo")
+    with running_server(app_from_environment(target.env_class, env_name="echo")) as url:
+        page = httpx.get(url + "/web", trust_env=False).text
+    assert "<li><code>echo(message)</code> Echo a message back" in page
+    assert "<li><code>echo_with_length(message)</code>" in page
+    assert '<p class="muted" id="summary-splits">Task splits: train (8), test (4)</p>' in page
+
+
 def test_the_page_fetches_nothing_from_elsewhere_and_never_parses_text_as_markup() -> None:
     """The page must work offline (a Space) and render untrusted transcripts and observations as text only."""
     for path in STATIC_DIR.iterdir():

@@ -256,6 +256,31 @@ def test_errors_are_shown_where_they_happened(page: Page, wordle_url: str) -> No
     expect(page.locator("#reset-error")).to_have_text("split test has tasks 0 to 34; got 35")
 
 
+def test_an_error_box_goes_away_once_a_later_move_succeeds(page: Page, wordle_url: str) -> None:
+    """Only the latest move's error stays up: a tool's error is cleared by a reset or another tool's success."""
+    open_page(page, wordle_url)
+    page.fill("#tool-guess-guess", "[crane]")
+    page.click("#call-guess")
+    expect(page.locator("#tool-guess-error")).to_contain_text("NOT_RESET")
+    page.click("#reset-button")
+    expect(page.locator("#observation-chips")).to_contain_text("reward")
+    expect(page.locator("#tool-guess-error")).to_be_hidden()
+    page.click("#raw-card summary")
+    page.fill("#raw-frame", "{not json")
+    page.click("#raw-button")
+    expect(page.locator("#raw-error")).to_contain_text("INVALID_JSON")
+    page.click("#call-guess")
+    expect(history(page).last).to_contain_text("crane")
+    expect(page.locator("#raw-error")).to_be_hidden()
+
+
+def test_a_plain_headless_chromium_shows_the_tools_at_first_paint(wordle_url: str, tmp_path: Path) -> None:
+    """`chromium --headless --dump-dom` reads the page as `--screenshot` paints it: no waiting for scripts."""
+    done = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           wordle_url + "/web"], capture_output=True, text=True, timeout=60)
+    assert "guess(guess)" in done.stdout and "Task splits: train" in done.stdout, done.stdout[-2000:]
+
+
 def test_forms_follow_the_schemas_and_send_json_types(page: Page) -> None:
     with running_server(create_app(FormsEnvironment, FormsAction, FormsObservation, max_concurrent_envs=2)) as url:
         open_page(page, url)

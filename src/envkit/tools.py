@@ -4,7 +4,9 @@ A tool is an `Environment` method marked with `@tool`, with type hints on every 
 Google-style docstring that describes the tool and each argument. From that one definition envkit
 builds a JSON schema in the function-calling format that chat templates and
 `transformers.utils.get_json_schema` use, validates call arguments, and publishes the listing at
-`GET /tools`, from which trainers and other front ends are generated.
+`GET /tools`, from which trainers and other front ends are generated. An argument may carry examples of
+legal values, `expression: Annotated[str, Field(examples=["2 + 3"])]`: they travel in its schema, and
+`envkit validate URL` makes its test call from them.
 
 A tool returns a string (shown to the agent as is), an `Observation` (shown through
 `Observation.as_text()`, with its reward and done flag reported to the caller), or another JSON
@@ -21,7 +23,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Union
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, Strict, create_model
 
 from .errors import ToolDefinitionError
 from .model_codec import validator_for
@@ -30,6 +32,7 @@ __all__ = ["tool", "ToolSpec", "tool_specs", "parse_google_docstring"]
 
 _TOOL_MARK = "__envkit_tool__"
 _JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
+_STRICT: dict[type, Any] = {kind: typing.Annotated[kind, Strict()] for kind in (str, int, float, bool)}
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
 
@@ -170,7 +173,7 @@ def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> Too
         raise ToolDefinitionError(f"{where}: tool has no docstring; add a one-line description and an `Args:` entry "
                                   "for every argument (Google style)")
     try:
-        hints = typing.get_type_hints(method)
+        hints = typing.get_type_hints(method, include_extras=True)
     except Exception as error:
         raise ToolDefinitionError(f"{where}: cannot resolve type hints ({error})") from error
     properties: dict[str, Any] = {}
@@ -184,18 +187,51 @@ def _spec_from_method(owner: type, name: str, method: Callable[..., Any]) -> Too
         if param.name not in doc.args:
             raise ToolDefinitionError(f"{where}: argument `{param.name}` is not described; add `{param.name}: ...` "
                                       "under `Args:` in the docstring")
-        schema = json_schema_for(hints[param.name], f"{where}({param.name})")
+        hint, examples = _examples(hints[param.name])
+        schema = json_schema_for(hint, f"{where}({param.name})")
         schema["description"] = doc.args[param.name]
+        if examples:
+            schema["examples"] = examples
         properties[param.name] = schema
         if param.default is param.empty:
             required.append(param.name)
         default = ... if param.default is param.empty else param.default
-        fields[f"arg{len(fields)}"] = (hints[param.name], Field(default, alias=param.name))
+        fields[f"arg{len(fields)}"] = (strict_hint(hints[param.name]), Field(default, alias=param.name))
+    stray = sorted(set(doc.args) - set(properties))
+    if stray:
+        raise ToolDefinitionError(f"{where}: the docstring describes {', '.join(f'`{name}`' for name in stray)} under "
+                                  f"`Args:`, which the tool does not take (it takes {', '.join(properties) or 'none'}); "
+                                  "rename or remove the line")
     parameters: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
     arguments_model = create_model(f"{owner.__name__}_{name}_arguments", __config__={"extra": "forbid"}, **fields)
     return ToolSpec(name, doc.description, parameters, doc.returns, arguments_model)
+
+
+def strict_hint(hint: Any) -> Any:
+    """`hint` with its strings, numbers and booleans made strict, so a call's arguments must have the JSON types
+    the schema names: `"120"` is no number and `true` no number or string (an integer does pass for a number).
+    Every surface validates tool arguments through this; lists, dicts, optionals and `Annotated` keep their shape."""
+    if hint in _STRICT:
+        return _STRICT[hint]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return typing.Annotated[(strict_hint(hint.__origin__), *hint.__metadata__)]
+    if origin in (Union, types.UnionType):
+        return Union[tuple(strict_hint(arg) for arg in args)]  # noqa: UP007 (a Union built at run time)
+    if origin in (list, dict, set, frozenset, tuple) and args:
+        return origin[tuple(arg if arg is Ellipsis else strict_hint(arg) for arg in args)]
+    return hint
+
+
+def _examples(hint: Any) -> tuple[Any, list[Any]]:
+    """The type of an `Annotated[type, Field(examples=[...])]` hint and its examples (the hint itself and none
+    otherwise). The examples reach the schema, where `envkit validate` takes a legal call from them."""
+    if typing.get_origin(hint) is not typing.Annotated:
+        return hint, []
+    examples = [example for extra in hint.__metadata__ for example in (getattr(extra, "examples", None) or [])]
+    return hint.__origin__, examples
 
 
 def tool_specs(env_class: type) -> dict[str, ToolSpec]:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import typing
 from typing import Any, AsyncIterator, Callable, Iterable
 
 from fastapi import FastAPI
+from starlette.routing import Match, WebSocketRoute
 from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from ..core.access import AccessPolicy, AccessRefusal
+from ..core.access import AccessPolicy
 from ..core.metrics import ServerMetrics
 from ..core.served_env import ServedEnv
 from ..core.sessions import SessionPool, current_client
@@ -163,7 +165,16 @@ class EnvkitApp(FastAPI):
                 scope["app"] = self
                 await self.session_handler.serve(WebSocket(scope, receive, send), receive, send)
                 return
+        if kind == "websocket" and not self._has_websocket_route(scope):
+            detail = (f"no WebSocket endpoint at {scope['path']}; this server's sessions are at /ws: give the client the "
+                      "server's root URL, http://HOST:PORT with no path")
+            await _deny_websocket(scope, receive, send, 404, json.dumps({"detail": detail, "reason": "not_found"}).encode(),
+                                  [("content-type", "application/json")])
+            return
         await super().__call__(scope, receive, send)
+
+    def _has_websocket_route(self, scope: Scope) -> bool:
+        return any(isinstance(route, WebSocketRoute) and route.matches(scope)[0] is Match.FULL for route in self.routes)
 
     def serve_directly(self, paths: Iterable[str], endpoint: ExchangeEndpoint) -> None:
         """Serve HTTP requests to `paths` (any method) with `endpoint` as a raw ASGI app, skipping FastAPI's routing
@@ -198,7 +209,7 @@ class EnvkitApp(FastAPI):
             if scope["type"] == "http":
                 await respond(send, refusal.status, refusal.body(), headers=refusal.response_headers())
             else:
-                await _deny_websocket(scope, receive, send, refusal)
+                await _deny_websocket(scope, receive, send, refusal.status, refusal.body(), refusal.response_headers())
             return None
         pool = self.state.envkit_pool
         if pool.max_sessions_per_client is not None and scope["type"] == "http":
@@ -217,15 +228,16 @@ class EnvkitApp(FastAPI):
         return send_with_cors
 
 
-async def _deny_websocket(scope: Scope, receive: Receive, send: Send, refusal: AccessRefusal) -> None:
-    """Refuse a WebSocket at the handshake with the refusal's HTTP status and JSON body; it is never accepted."""
+async def _deny_websocket(scope: Scope, receive: Receive, send: Send, status: int, body: bytes,
+                          headers: list[tuple[str, str]]) -> None:
+    """Refuse a WebSocket at the handshake with an HTTP status and JSON body; it is never accepted."""
     message = await receive()
     if message["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        raw = [(name.encode(), value.encode()) for name, value in refusal.response_headers()]
-        await send({"type": "websocket.http.response.start", "status": refusal.status, "headers": raw})
-        await send({"type": "websocket.http.response.body", "body": refusal.body()})
+        raw = [(name.encode(), value.encode()) for name, value in headers]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": raw})
+        await send({"type": "websocket.http.response.body", "body": body})
     else:   # a server without the denial-response extension answers 403
         await send({"type": "websocket.close", "code": 1008})
 

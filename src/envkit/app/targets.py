@@ -1,5 +1,8 @@
 """Finding what to serve: bundled env names, env folders and `module:attr` targets, turned into an app.
 
+A `module:Class` target names a module importable from the working folder (`guess:GuessEnvironment`) or a
+file (`./guess.py:GuessEnvironment`).
+
 An env folder is a Space-ready package whose `pyproject.toml` has a `[tool.envkit]` table:
 
     [tool.envkit]
@@ -18,8 +21,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 import os
 import sys
+import sysconfig
 import tomllib
 import traceback
 import typing
@@ -33,6 +38,7 @@ from .settings import ServerSettings
 
 __all__ = ["EnvTarget", "resolve_target", "bundled_envs", "app_from_environment", "environment_models"]
 
+logger = logging.getLogger("envkit.targets")
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]   # src/envkit
 #: Where bundled envs live: inside an installed wheel, or at the root of a source checkout.
 BUNDLED_ROOTS = (_PACKAGE_DIR / "bundled_envs", _PACKAGE_DIR.parents[1] / "envs")
@@ -103,13 +109,30 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return table
 
 
+def is_file_target(target: str) -> bool:
+    """Whether `target` names a class in a Python file, `./my_env.py:MyEnvironment`."""
+    return ":" in target and target.rpartition(":")[0].endswith(".py")
+
+
 def import_attribute(spec: str) -> Any:
     """Import `module:attr` (dotted attr allowed); modules in the working folder import, as they do for uvicorn."""
-    module_name, _, attr = spec.partition(":")
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise TargetError(f"{spec!r} is not of the form module:attribute")
-    if "" not in sys.path and os.getcwd() not in sys.path:
+    folder = Path.cwd()
+    if module_name.endswith(".py"):   # ./my_env.py:MyEnvironment: the file's folder goes on the path
+        path = Path(module_name)
+        if not path.is_file():
+            raise TargetError(f"{spec!r}: there is no file {path}")
+        folder, module_name = path.resolve().parent, path.stem
+        if not module_name.isidentifier():
+            raise TargetError(f"{path} cannot be imported: {module_name!r} is not a Python module name; rename the "
+                              "file (letters, digits and underscores)")
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    elif "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _refuse_shadowed(module_name.partition(".")[0], folder)
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
@@ -121,9 +144,9 @@ def import_attribute(spec: str) -> Any:
         where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
         raise TargetError(f"cannot import {module_name!r}: syntax error in {where}: {error.msg}") from None
     except Exception as error:  # the module's own code raised while it was imported: say where
-        last = traceback.extract_tb(error.__traceback__)[-1]
+        logger.debug("importing %s raised", module_name, exc_info=error)
         raise TargetError(f"cannot import {module_name!r}: importing it raised {type(error).__name__}: {error} "
-                          f"({last.filename}, line {last.lineno})") from None
+                          f"({_where(error)}; `envkit serve ... --log-level debug` prints the traceback)") from None
     for part in attr.split("."):
         if not hasattr(value, part):
             raise TargetError(f"module {module_name!r} has no attribute {attr!r}")
@@ -131,10 +154,43 @@ def import_attribute(spec: str) -> Any:
     return value
 
 
+def _refuse_shadowed(name: str, folder: Path) -> None:
+    """Raise when the user's `name.py` (or `name/`) in `folder` has a standard library module's name: Python would
+    import the standard library's module instead, and the error would be a puzzle about a missing class."""
+    if name not in sys.stdlib_module_names:
+        return
+    for own in (folder / f"{name}.py", folder / name):
+        if own.exists():
+            raise TargetError(f"{own} has the name of the standard library's {name!r} module, which Python imports in "
+                              f"its place; rename it (e.g. {name}_env{own.suffix}) and name the new module")
+
+
+def _where(error: BaseException) -> str:
+    """The innermost line of the user's own code in `error`'s traceback (not the standard library's, nor
+    envkit's, nor an installed package's), and the line that raised when that is elsewhere."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith("<")]
+    if not frames:
+        return "in the module"
+    own = [frame for frame in frames if not _library_file(frame.filename)]
+    line = own[-1] if own else frames[-1]
+    where = f"{line.filename}, line {line.lineno}" + (f": {line.line.strip()}" if line.line else "")
+    if line is not frames[-1]:
+        where += f"; raised in {frames[-1].filename}, line {frames[-1].lineno}"
+    return where
+
+
+def _library_file(filename: str) -> bool:
+    """Whether `filename` belongs to the standard library, an installed package or envkit itself."""
+    paths = sysconfig.get_paths()
+    roots = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(_PACKAGE_DIR)}
+    resolved = str(Path(filename).resolve())
+    return any(resolved.startswith(str(Path(root).resolve()) + os.sep) for root in roots)
+
+
 def resolve_target(target: str) -> EnvTarget:
     """Turn a bundled env name, an env folder path or `module:Class` into an `EnvTarget`."""
     folder = Path(target)
-    if ":" not in target or folder.exists():
+    if ":" not in target or folder.exists() and not is_file_target(target):
         if not folder.is_dir():
             bundled = bundled_envs()
             if target not in bundled:

@@ -93,9 +93,9 @@ def _default_games(settings: Any) -> int | None:
         return None
     from ..app.targets import resolve_target
 
-    sizes = []
-    for target in settings.env:
-        env_class = resolve_target(target).env_class
-        if settings.split in env_class.splits():
-            sizes.append(len(env_class.tasks(settings.split)))
+    from ..evaluate.runner import ServedTasks
+
+    sources = ([resolve_target(target).env_class for target in settings.env] if settings.env
+               else [ServedTasks(url, url) for url in settings.env_url])
+    sizes = [len(source.tasks(settings.split)) for source in sources if settings.split in source.splits()]
     return min([_default("games"), *sizes])

@@ -84,6 +84,7 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
     from ..transport.uvicorn_server import run_server
     from ..app.targets import app_from_environment, resolve_target
 
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     resolved = resolve_target(target)   # a bad target or environment definition: one line (envkit.cli.main)
     given: dict[str, Any] = {"capacity_wait_s": capacity_wait, "ping_interval_s": ping_interval or None,
                              "ping_timeout_s": ping_timeout, "allowed_origins": allow_origins}
@@ -99,7 +100,6 @@ def command(target: str, host: str, port: int, max_concurrent_envs: int | None, 
                                                api_key_variable=api_key_env, **given)
     app = app_from_environment(resolved.env_class, env_name=resolved.name, settings=settings)
     pool = app.state.envkit_pool
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if not app.access.requires_key and not is_loopback_host(host):
         click.echo(f"envkit: warning: serving on {host} without an API key: anyone who can reach this address can "
                    "open sessions; set one with ENVKIT_API_KEY or --api-key-env NAME", err=True)

@@ -100,7 +100,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
     """Train a model with TRL's GRPO on one or more environments, served here or reached by URL.
 
     Tools are bound from the server's tool listing: no wrapper class to write. With no flags it
-    trains a tiny model on the echo environment on CPU, offline, in about half a minute.
+    trains a tiny model on the echo environment on CPU, offline, in about a minute.
 
     \b
     Examples:

@@ -82,6 +82,17 @@ def authentication_error(url: str, status: int, body: bytes, sent_key: bool) -> 
     return AuthenticationError(url, reason, status, refusal)
 
 
+def _handshake_refusal(status: int, body: bytes) -> str:
+    """Why a handshake was refused with `status` (other than 401/403): the server's own words when it sent some."""
+    try:
+        detail = str(orjson.loads(body).get("detail") or "")
+    except Exception:
+        detail = ""
+    if status == 404 and not detail:
+        detail = "no WebSocket endpoint at this path; a server's sessions are at /ws under its root URL (http://HOST:PORT)"
+    return f"handshake refused with HTTP {status}" + (f": {detail}" if detail else "")
+
+
 class EnvClient:
     """Asynchronous client of one environment session.
 
@@ -185,7 +196,7 @@ class EnvClient:
             if status in (401, 403):
                 raise authentication_error(self.ws_url, status, error.response.body or b"",
                                            API_KEY_HEADER in self.headers) from None
-            raise EnvConnectionError(self.ws_url, f"handshake refused with HTTP {status}") from None
+            raise EnvConnectionError(self.ws_url, _handshake_refusal(status, error.response.body or b"")) from None
         except (OSError, InvalidHandshake, asyncio.TimeoutError) as error:
             raise EnvConnectionError(self.ws_url, f"{type(error).__name__}: {error}") from None
         response_headers = ws.response.headers if ws.response is not None else {}

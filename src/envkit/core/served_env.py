@@ -8,7 +8,6 @@ another surface.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from typing import Any, Callable, Coroutine, NamedTuple, Protocol
 
@@ -19,9 +18,10 @@ from ..model_codec import validator_for
 from ..protocol import CloseCode, ErrorCode, Features, FrameError, error_frame
 from ..tools import ToolSpec
 from .access import AccessPolicy
+from .reset_arguments import ResetArguments
 from .sessions import Session, SessionPool, current_client
 
-__all__ = ["ServedEnv", "Refusal", "SessionRefused", "reset_method", "summarise_validation_error", "INLINE_FRAMES",
+__all__ = ["ServedEnv", "Refusal", "SessionRefused", "summarise_validation_error", "INLINE_FRAMES",
            "FrameAnswerer", "InlineFrames"]
 
 logger = logging.getLogger("envkit.server")
@@ -70,25 +70,6 @@ class SessionRefused(Exception):
         self.refusal = refusal
 
 
-def reset_method(env_class: type[Environment]) -> Callable[..., Any]:
-    """The method that serves `reset`: `reset_async` when the class overrides it, else `reset`."""
-    return env_class.reset_async if env_class.reset_async is not Environment.reset_async else env_class.reset
-
-
-def reset_parameters(env_class: type[Environment]) -> tuple[frozenset[str] | None, str]:
-    """Names `reset` takes as keywords (None when it takes `**kwargs`: every name is passed on), and the
-    name of its bound first parameter (`self`), which no keyword can reach."""
-    parameters = list(inspect.signature(reset_method(env_class)).parameters.values())
-    bound = parameters[0].name if parameters and parameters[0].kind is not inspect.Parameter.POSITIONAL_ONLY else ""
-    names = set()
-    for param in parameters[1:]:
-        if param.kind is param.VAR_KEYWORD:
-            return None, bound
-        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            names.add(param.name)
-    return frozenset(names), bound
-
-
 def summarise_validation_error(error: ValidationError) -> str:
     """A validation error in one line: `where: what` for each problem."""
     parts = []
@@ -113,8 +94,8 @@ class ServedEnv:
         self.tools = tools
         self.pool = pool
         self.max_message_bytes = max_message_bytes
-        self.reset_names, self.reset_bound_name = reset_parameters(env_class)
-        self._ignored_reset_names: set[frozenset[str]] = set()   # each set of dropped names is logged once
+        #: What a reset request may carry (`envkit.core.reset_arguments`).
+        self.reset_arguments = ResetArguments(env_class)
         self.inline_factory = env_class.RUN_INLINE
         self.has_metrics = bool(env_class.METRICS)
 
@@ -211,22 +192,5 @@ class ServedEnv:
         return self.validate_action(data)
 
     def reset_kwargs(self, data: Any) -> dict[str, Any]:
-        """The keyword arguments of a reset request that the environment's `reset` takes (others are dropped, logged
-        once); raises `FrameError` when `data` is not a JSON object."""
-        if data is None:
-            return {}
-        if not isinstance(data, dict):
-            raise FrameError(ErrorCode.VALIDATION_ERROR, 'Invalid reset: "data" must be a JSON object of keyword arguments')
-        if self.reset_names is None:
-            if self.reset_bound_name not in data:
-                return data
-            ignored = frozenset((self.reset_bound_name,))
-        else:
-            ignored = frozenset(data) - self.reset_names
-        if ignored and ignored not in self._ignored_reset_names:
-            self._ignored_reset_names.add(ignored)
-            takes = "any keyword but " + self.reset_bound_name if self.reset_names is None else (
-                "only " + (", ".join(sorted(self.reset_names)) or "no arguments"))
-            logger.warning("reset ignores %s: the environment's reset() takes %s (as OpenEnv servers do, "
-                           "unknown reset arguments are dropped)", ", ".join(sorted(ignored)), takes)
-        return {key: value for key, value in data.items() if key not in ignored}
+        """A reset request's keyword arguments, checked (`envkit.core.reset_arguments`); raises `FrameError`."""
+        return self.reset_arguments.check(data)

@@ -11,16 +11,17 @@ is checked before a server starts or a model loads.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..app.targets import resolve_target
 from ..client import EnvClient
-from ..environment import Environment
+from ..client.ors_client import OrsServer
+from ..environment import Environment, UnknownSplitError
 from ..episode_metrics import metrics_from_metadata
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, EnvkitError
 from ..play.binding import ServedEnvironment, bind
 from ..play.games import dataset_games, play_and_score, split_games
 from ..play.loop import Game
@@ -112,6 +113,41 @@ class _Env:
     env_class: type[Environment] | None
     target: str | None = None
     url: str | None = None
+    #: The task splits the server publishes, when there is no class here to read them from.
+    served: ServedTasks | None = None
+
+
+class ServedTasks:
+    """The task splits a running envkit server publishes (its Open Reward Standard routes), read once."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.__name__, self.url = name, url
+        self._splits: list[str] | None = None
+
+    def splits(self) -> list[str]:
+        if self._splits is None:
+            try:
+                with _ors_server(self.url) as server:
+                    self._splits = server.splits()
+            except EnvkitError as error:
+                raise ConfigurationError(f"{self.__name__}: cannot read the task splits {self.url} publishes ({error});"
+                                         " name the environment with --env beside --env-url, or give --dataset") from None
+        return self._splits
+
+    def tasks(self, split: str) -> list[dict[str, Any]]:
+        if split not in self.splits():
+            raise UnknownSplitError(split)
+        with _ors_server(self.url) as server:
+            return server.tasks(split)
+
+
+@contextmanager
+def _ors_server(url: str) -> Iterator[OrsServer]:
+    server = OrsServer(url, timeout=30.0)
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Evaluation:
@@ -169,7 +205,8 @@ def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Eval
 def _environments(settings: EvalSettings) -> list[_Env]:
     """The environments by name: classes resolved here from --env; servers from --env-url (paired in order)."""
     if not settings.env:
-        return [_Env(_server_name(url), None, url=url) for url in settings.env_url]
+        named = [(_server_name(url), url) for url in settings.env_url]
+        return [_Env(name, None, url=url, served=ServedTasks(name, url)) for name, url in named]
     found = []
     for index, target in enumerate(settings.env):
         resolved = resolve_target(target)
@@ -191,7 +228,8 @@ def _games(settings: EvalSettings, envs: list[_Env], prompts: Mapping[str, str])
         return dataset_games(settings.dataset, prompts, settings.games)
     games: list[Game] = []
     for env in envs:
-        games.extend(split_games(env.name, env.env_class, settings.split, settings.games, prompts[env.name]))
+        games.extend(split_games(env.name, env.env_class, settings.split, settings.games, prompts[env.name],
+                                 env.served))
     return games
 
 

@@ -45,6 +45,8 @@ _TALLY_LOCK = threading.Lock()
 
 #: Dataset columns that are TRL's, not the environment's.
 NOT_FOR_ENV = frozenset({"prompt", "environment"})
+#: Sets of dataset columns already logged as not reaching reset.
+_DROPPED_COLUMNS: set[frozenset[str]] = set()
 
 
 class _ServerDefault:
@@ -161,7 +163,7 @@ class ServedEnvironment:
         """Start the episode of `row` (the dataset row TRL gives `reset`)."""
         self._row = None
         self._close()
-        kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None}
+        kwargs = self._reset_arguments(row)
         episode = self.episode = Episode(self.env_name, kwargs)
         started = time.perf_counter()
         result = self._open_and_reset(kwargs)
@@ -176,6 +178,21 @@ class ServedEnvironment:
         if result.done:
             self._finish()
         return _separated(row.get("prompt"), text)
+
+    def _reset_arguments(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The columns of a dataset row that `reset` takes: not `prompt` or `environment`, none that is empty, and,
+        when the server names what its reset takes (`/metadata` `reset_arguments`), only those; a row's other
+        columns (an ORS dataset's `task_index`, say) are dropped with one log line per set of names."""
+        kwargs = {key: value for key, value in row.items() if key not in NOT_FOR_ENV and value is not None}
+        takes = self.metadata.get("reset_arguments")
+        if not isinstance(takes, list):
+            return kwargs
+        dropped = frozenset(kwargs) - set(takes)
+        if dropped and dropped not in _DROPPED_COLUMNS:
+            _DROPPED_COLUMNS.add(dropped)
+            logger.info("%s: dataset columns %s do not reach reset, which takes %s", self.env_name,
+                        ", ".join(sorted(dropped)), ", ".join(takes) or "no arguments")
+        return {key: value for key, value in kwargs.items() if key not in dropped}
 
     def _open_and_reset(self, kwargs: dict[str, Any]) -> Any:
         """Reset on a new session. A server that cannot be reached is retried for `reconnect_timeout`

@@ -9,7 +9,7 @@ the game starts, as TRL does.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..environment import Environment, UnknownSplitError
 from ..episode_metrics import Metric
@@ -20,7 +20,7 @@ from .loop import Conversation, Game, Player, play
 from .table import Row, row_for
 from .tasks import file_rows
 
-__all__ = ["split_games", "dataset_games", "game_prompt", "play_and_score", "transcript_of"]
+__all__ = ["TaskSource", "split_games", "dataset_games", "game_prompt", "play_and_score", "transcript_of"]
 
 NOT_TASK = ("prompt", "environment")
 
@@ -32,18 +32,30 @@ def game_prompt(base: str, env_class: type[Environment] | None, task: Mapping[st
     return [{"role": "user", "content": content}]
 
 
+class TaskSource(Protocol):
+    """Where a split's tasks come from: an environment class, or the task lists a server publishes."""
+
+    __name__: str
+
+    def splits(self) -> list[str]: ...
+
+    def tasks(self, split: str) -> Sequence[dict[str, Any]]: ...
+
+
 def split_games(env: str, env_class: type[Environment] | None, split: str, games: int | None,
-                base_prompt: str) -> list[Game]:
-    """The first `games` tasks of `split` (all of them when None); raises `ConfigurationError` saying what exists."""
-    if env_class is None:
-        raise ConfigurationError(f"{env}: the tasks of a split come from the environment's class; name it with --env "
+                base_prompt: str, served: TaskSource | None = None) -> list[Game]:
+    """The first `games` tasks of `split` (all of them when None), from the class or else from what the server
+    publishes (`served`); raises `ConfigurationError` saying what exists."""
+    source: TaskSource | None = env_class if env_class is not None else served
+    if source is None:
+        raise ConfigurationError(f"{env}: the server publishes no task splits; name its class with --env "
                                  "(a bundled env, an env folder or module:Class) beside --env-url, or give --dataset")
     try:
-        tasks = env_class.tasks(split)
+        tasks = source.tasks(split)
     except UnknownSplitError:
-        known = ", ".join(env_class.splits()) or (f'none: declare {env_class.__name__}.TASKS = {{"test": [...]}} (each '
-                                                  "task the keyword arguments of one reset), or give --dataset "
-                                                  "rows.jsonl")
+        known = ", ".join(source.splits()) or (f'none: declare {source.__name__}.TASKS = {{"test": [...]}} (each '
+                                               "task the keyword arguments of one reset), or give --dataset "
+                                               "rows.jsonl")
         raise ConfigurationError(f"{env} has no split {split!r}; its splits: {known}") from None
     if not tasks:
         raise ConfigurationError(f"{env} split {split!r} has no tasks; choose another --split or give --dataset")

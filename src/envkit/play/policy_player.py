@@ -1,6 +1,7 @@
 """`envkit eval --policy NAME`: scripted players as baselines, playing through the same loop as a model.
 
-An environment package offers its players in `<package>.policies.TOOL_PLAYERS`: a mapping of names
+An environment package offers its players in `<package>.policies.TOOL_PLAYERS`, a single-file environment
+(`my_env.py:MyEnvironment`) in `TOOL_PLAYERS` beside its class in that file: a mapping of names
 ("solver", "random", ...) to factories `seed -> act`, where `act(observation, task)` returns the next
 tool call as `(tool, arguments)`, or None to stop. `random` exists for every environment: where the
 package offers none, tools are called with random arguments drawn from their JSON schemas.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +19,7 @@ from ..environment import Environment
 from ..errors import ConfigurationError
 from .loop import Conversation
 
-__all__ = ["PolicyPlayer", "policy_names", "tool_players", "sample_argument"]
+__all__ = ["PolicyPlayer", "policy_names", "tool_players", "players_place", "sample_argument"]
 
 #: The words a random string argument is made of.
 WORDS = ("hello world the quick brown fox jumps over a lazy dog red green blue sun moon star tree river stone cloud "
@@ -28,9 +30,13 @@ Factory = Callable[[int], Act]
 
 
 def tool_players(env_class: type[Environment] | None) -> dict[str, Factory]:
-    """The scripted players an environment's package offers (its `policies.TOOL_PLAYERS`); empty when none."""
+    """The scripted players offered beside an environment: `TOOL_PLAYERS` in the class's own module (a single-file
+    `module:Class` environment), else in its package's `policies` module; empty when none."""
     if env_class is None:
         return {}
+    own = getattr(sys.modules.get(env_class.__module__), "TOOL_PLAYERS", None)
+    if isinstance(own, Mapping):
+        return dict(own)
     package = env_class.__module__.rpartition(".")[0]
     if not package:
         return {}
@@ -42,6 +48,12 @@ def tool_players(env_class: type[Environment] | None) -> dict[str, Factory]:
         raise
     players = getattr(module, "TOOL_PLAYERS", None)
     return dict(players) if isinstance(players, Mapping) else {}
+
+
+def players_place(env_class: type[Environment]) -> str:
+    """Where the scripted players of `env_class` go: its package's `policies` module, or its own module."""
+    package = env_class.__module__.rpartition(".")[0]
+    return f"{package}/policies.py" if package else f"{env_class.__module__}.py, beside {env_class.__name__}"
 
 
 def policy_names(env_class: type[Environment] | None) -> list[str]:

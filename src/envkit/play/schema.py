@@ -86,10 +86,12 @@ def check_name(name: str, where: str) -> None:
 
 
 def _normalised(schema: Any) -> Any:
-    """Parts that mean the same made equal: lists of JSON types and `required` are sets in meaning, and
-    `"items": {}` (a list of anything) is what a bare `"type": "array"` means."""
+    """Parts that mean the same made equal: lists of JSON types and `required` are sets in meaning,
+    `"items": {}` (a list of anything) is what a bare `"type": "array"` means, and an argument's `examples`
+    (for `envkit validate` and other clients; `get_json_schema` writes none) change nothing a model sees."""
     if isinstance(schema, dict):
-        out = {key: _normalised(value) for key, value in schema.items() if not (key == "items" and value == {})}
+        out = {key: _normalised(value) for key, value in schema.items()
+               if not (key == "items" and value == {}) and key != "examples"}
         for key in ("type", "required"):
             if isinstance(out.get(key), list):
                 out[key] = sorted(out[key])

@@ -102,7 +102,7 @@ Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
 def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows: Sequence[dict[str, Any]],
                            *, max_turns: int, seed: int = 0, players: Mapping[str, type[Environment]] | None = None,
-                           scripted_share: float = 0.75) -> list[Conversation]:
+                           scripted_share: float = 0.75, rewards: list[float] | None = None) -> list[Conversation]:
     """Play one scripted episode per row over a real session; each as (chat messages, tool schemas).
 
     A game in `players` (an environment class served in this process, with an `EPISODE_LENGTH`) whose
@@ -112,7 +112,7 @@ def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows:
     warm-up trains on the solver's moves alone, so the model learns to play whole episodes, and which
     move each position calls for. Any other environment gets 1 to `max_turns` calls with random valid
     arguments. Errors the environment returns become tool messages, as in TRL. Every episode ends with
-    a short final answer.
+    a short final answer. Each episode's reward is appended to `rewards` when it is given.
     """
     rng = random.Random(seed)
     conversations = []
@@ -140,6 +140,8 @@ def scripted_conversations(classes: Mapping[str, type[ServedEnvironment]], rows:
             except ValueError as error:
                 result = {"error": str(error)}
             messages.extend(_call_turn(tool, arguments, result, context_only=context_only and solver is not None))
+        if rewards is not None:
+            rewards.append(episode.reward)
         environment._close()
         messages.append({"role": "assistant", "content": rng.choice(["Done.", "I am done.", "Finished."])})
         conversations.append((messages, listing))
@@ -225,7 +227,8 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     one scripted episode is played per row, cycling through them. `players` are the classes of the
     environments served in this process, by name: those with a scripted player are warmed up on whole
     episodes (see `scripted_conversations`). `figures["episode_tokens"]` is the longest warm-up
-    episode in tokens, everything after the prompt (what TRL's `max_completion_length` bounds).
+    episode in tokens, everything after the prompt (what TRL's `max_completion_length` bounds);
+    `figures["warmup_rewarded_share"]` the share of warm-up episodes that earned a reward.
     """
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -233,8 +236,10 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     spec = spec or TinyModelSpec()
     started = time.perf_counter()
     torch.manual_seed(spec.seed)
-    conversations = scripted_conversations(classes, warmup_rows(rows, spec, players), max_turns=spec.max_turns, seed=spec.seed, players=players,
-                                           scripted_share=spec.scripted_share)
+    rewards: list[float] = []
+    conversations = scripted_conversations(classes, warmup_rows(rows, spec, players), max_turns=spec.max_turns,
+                                           seed=spec.seed, players=players, scripted_share=spec.scripted_share,
+                                           rewards=rewards)
     if spec.chat_api_tools:
         conversations = _with_chat_api_tools(conversations)
     played = time.perf_counter()
@@ -264,6 +269,7 @@ def build_tiny_model(classes: Mapping[str, type[ServedEnvironment]], rows: Seque
     model.eval()
     figures = {"parameters": float(sum(p.numel() for p in model.parameters())), "warmup_loss": loss,
                "episode_tokens": float(_longest_episode(batch)),
+               "warmup_rewarded_share": sum(reward != 0 for reward in rewards) / max(1, len(rewards)),
                "vocab_size": float(len(tokenizer)), "play_seconds": played - started,
                "build_seconds": time.perf_counter() - started}
     if save_to is not None:

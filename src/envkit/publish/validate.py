@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..app.settings import VARIABLES, ServerSettings
-from ..app.targets import app_from_environment, bundled_envs, import_attribute, resolve_target
+from ..app.targets import app_from_environment, bundled_envs, import_attribute, is_file_target, resolve_target
 from ..client.ors_client import OrsServer, is_ors_server
 from ..errors import (AuthenticationError, CapacityError, ClientError, ConfigurationError, EnvError, EnvkitError,
                       SessionLostError)
@@ -29,7 +29,7 @@ from ..tools import tool_specs
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
 
 __all__ = ["Check", "Report", "validate_folder", "validate_class", "validate_url", "check_ors", "example_from_schema",
-           "read_front_matter", "SPACE_FILES"]
+           "read_front_matter", "is_refusal", "SPACE_FILES"]
 
 Status = Literal["ok", "warn", "fail"]
 #: Files every env folder needs to become a Space.
@@ -349,7 +349,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
         report.add("tools", [str(error)], "")
 
     action = example_from_schema(schema["action"]) if isinstance(schema.get("action"), dict) else {}
-    await _check_episode(report, client, action)
+    await _check_episode(report, client, action, schema.get("action") if isinstance(schema.get("action"), dict) else {})
     if tools and not _tool_listing_problems(tools[0]):
         await _check_tool_call(report, EnvClient(url, connect_timeout=timeout, message_timeout=timeout), tools[0])
     await _check_two_sessions(report, url, timeout, max_sessions)
@@ -410,8 +410,9 @@ def _check_ors_session(report: Report, server: OrsServer, split: str | None, too
             report.add("ors call", [], f"{tool['name']}({arguments}) → {result.text[:50]!r}, reward {result.reward}, "
                                        f"finished {result.done}")
         except EnvError as error:
-            report.add("ors call", [f"{tool['name']}({arguments}): {error}"], "",
-                       warn=error.code == "INPUT_VALIDATION")
+            report.add("ors call", [_refusal_note(f"{tool['name']}({arguments}): {error}", error.message,
+                                                  tool.get("parameters") or {})], "",
+                       warn=error.code == "INPUT_VALIDATION" or is_refusal(error.message))
     finally:
         session.close()
     try:
@@ -470,7 +471,7 @@ def _tool_listing_problems(tool: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def _check_episode(report: Report, client: Any, action: dict[str, Any]) -> None:
+async def _check_episode(report: Report, client: Any, action: dict[str, Any], action_schema: dict[str, Any]) -> None:
     try:
         await client.connect()
         first = await client.reset(seed=0)
@@ -483,16 +484,50 @@ async def _check_episode(report: Report, client: Any, action: dict[str, Any]) ->
         result = await client.step(action)
         report.add("step", [], f"action {action} → reward {result.reward}, done {result.done}")
     except ClientError as error:
-        report.add("step", [f"action {action}: {error}; to have a legal move sent, give the Action model an "
-                            "example: model_config = ConfigDict(json_schema_extra={'examples': [{...}]})"], "",
+        message = error.message if isinstance(error, EnvError) else ""
+        hint = "" if is_refusal(message) else f"; {_example_hint(action_schema)}"
+        report.add("step", [_refusal_note(f"action {action}: {error}", message, action_schema) + hint], "",
                    warn=_refused_input(error))
     finally:
         await client.close()
 
 
 def _refused_input(error: ClientError) -> bool:
-    """The env refused the made-up input as invalid: the round trip works, the input was just not a legal one."""
-    return isinstance(error, EnvError) and error.code == ErrorCode.VALIDATION_ERROR
+    """The env refused the made-up input: the round trip works, the input was just not a legal one.
+
+    Either the arguments did not fit the schema (`VALIDATION_ERROR`) or the environment raised `ValueError`,
+    which is how an environment refuses a move; any other exception is a bug in the environment."""
+    return isinstance(error, EnvError) and (error.code == ErrorCode.VALIDATION_ERROR
+                                            or error.code == ErrorCode.EXECUTION_ERROR and is_refusal(error.message))
+
+
+#: How every surface words an environment's `ValueError`: `ValueError: ...` (/ws, /mcp), `tool raised ValueError: ...`
+#: (ORS).
+_REFUSAL = re.compile(r"(?:^|\braised )ValueError: ")
+
+
+def is_refusal(message: str) -> bool:
+    """Whether an error message reports the environment's `ValueError` (a refused move, not a bug)."""
+    return bool(_REFUSAL.search(message))
+
+
+def _refusal_note(detail: str, message: str, schema: dict[str, Any]) -> str:
+    """`detail`, with how to have a legal input sent when the environment refused the one made from `schema`."""
+    if not is_refusal(message):
+        return detail
+    return f"{detail}; the environment refused it (a ValueError is a refusal, not a bug); {_example_hint(schema)}"
+
+
+def _example_hint(schema: dict[str, Any]) -> str:
+    """What to do about a refused made-up input: give its arguments examples, unless they have some."""
+    properties = schema.get("properties") or {}
+    if any("examples" in one for one in properties.values()) or "examples" in schema:
+        return "it was made from the examples given, so a legal move depends on the episode: nothing to fix"
+    name = next(iter(schema.get("required") or properties), "value")
+    kind = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}.get(
+        str((properties.get(name) or {}).get("type")), "str")
+    return (f"to have a legal one sent, give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a "
+            f"tool, `{name}: {kind} = Field(examples=[...])` on an Action")
 
 
 async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) -> None:
@@ -504,7 +539,10 @@ async def _check_tool_call(report: Report, client: Any, tool: dict[str, Any]) ->
             result = await client.call(function["name"], **arguments)
         report.add("tool call", [], f"{function['name']}({arguments}) → {result.text[:60]!r}")
     except ClientError as error:
-        report.add("tool call", [f"{function['name']}({arguments}): {error}"], "", warn=_refused_input(error))
+        message = error.message if isinstance(error, EnvError) else ""
+        report.add("tool call", [_refusal_note(f"{function['name']}({arguments}): {error}", message,
+                                               function.get("parameters") or {})], "",
+                   warn=_refused_input(error))
 
 
 async def _check_two_sessions(report: Report, url: str, timeout: float, max_sessions: int | None) -> None:
@@ -549,6 +587,10 @@ class _McpProblem(Exception):
     """A check of `/mcp` that failed, with what was wrong."""
 
 
+class _McpRefusal(_McpProblem):
+    """The environment refused the made-up tool call: the surface works; a warning, as on the other surfaces."""
+
+
 async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[dict[str, Any]]) -> None:
     """`/mcp` in both dialects: OpenEnv's (what `openenv validate` and MCPToolClient need) and standard MCP."""
     import httpx
@@ -560,7 +602,7 @@ async def _check_mcp(report: Report, http_url: str, timeout: float, tools: list[
             try:
                 report.add(name, [], await check(rpc, names, tools))
             except _McpProblem as problem:
-                report.add(name, [str(problem)], "")
+                report.add(name, [str(problem)], "", warn=isinstance(problem, _McpRefusal))
             except httpx.HTTPError as error:
                 report.add(name, [f"POST {http_url}/mcp failed: {type(error).__name__}: {error}"], "")
 
@@ -640,7 +682,10 @@ async def _check_mcp_standard(rpc: _JsonRpc, names: list[str], tools: list[dict[
                                                    "arguments": {**arguments, "episode_id": episode_id}})
             text = (result.get("content") or [{}])[0].get("text", "")
             if result.get("isError"):
-                return f"{detail}; {function['name']}({arguments}) was refused by the environment: {text[:60]!r}"
+                refused = f"{function['name']}({arguments}): {text[:80]}"
+                if is_refusal(text):
+                    raise _McpRefusal(_refusal_note(refused, text, function.get("parameters") or {}))
+                raise _McpProblem(f"{refused} (the environment raised; a ValueError would be a refusal)")
             detail += f", {function['name']}({arguments}) → {text[:40]!r}"
     finally:
         await rpc.call("tools/call", {"name": "close", "arguments": {"episode_id": episode_id}})
@@ -654,6 +699,8 @@ def validate(target: str) -> Report:
     if target.startswith(("http://", "https://", "ws://", "wss://")):
         return asyncio.run(validate_url(target))
     folder = Path(target)
+    if is_file_target(target):
+        return validate_class(target)
     if folder.exists() or "/" in target or target.startswith("."):
         return validate_folder(folder)
     if ":" in target:

@@ -19,6 +19,7 @@ from fastapi.responses import Response
 
 from ..core.access import AccessPolicy
 from ..core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ..core.reset_arguments import ResetArguments
 from ..core.sessions import SessionPool
 from ..environment import Action, Environment, Observation, State
 from ..tools import ToolSpec
@@ -54,6 +55,7 @@ class Documents:
             "episode_length": env_class.EPISODE_LENGTH,
             "reward_range": list(env_class.REWARD_RANGE) if env_class.REWARD_RANGE is not None else None,
             "train_rewards": list(env_class.TRAIN_REWARDS),
+            "reset_arguments": _reset_names(env_class),
             "supports_concurrent_sessions": env_class.SUPPORTS_CONCURRENT_SESSIONS,
             "max_concurrent_envs": pool.max_sessions,
             "session_timeout_s": pool.idle_timeout_s,
@@ -164,3 +166,9 @@ def _pyproject_version(pyproject: Path) -> str | None:
 @functools.cache
 def _distributions() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
+
+
+def _reset_names(env_class: type[Environment]) -> list[str] | None:
+    """The names a reset request may carry (`envkit.core.reset_arguments`); None: any name."""
+    names = ResetArguments(env_class).names
+    return None if names is None else sorted(names)

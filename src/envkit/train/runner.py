@@ -301,6 +301,21 @@ def _episode_length(classes: Mapping[str, type[ServedEnvironment]]) -> int | Non
     return max(lengths) if lengths else None
 
 
+def _warm_up_warning(name: str, env_class: type[Environment]) -> str | None:
+    """What to do when the tiny model warmed up on `name` with random calls only (no scripted solver to copy)."""
+    from ..play.policy_player import players_place, tool_players
+
+    has_solver = "solver" in tool_players(env_class)
+    if has_solver and env_class.EPISODE_LENGTH:
+        return None
+    fix = (f"declare EPISODE_LENGTH on {env_class.__name__} (the tool calls a played-out episode takes)" if has_solver
+           else f'offer a scripted player as TOOL_PLAYERS = {{"solver": ...}} in {players_place(env_class)} '
+                "(docs/evaluation.md#scripted-players)")
+    return (f"warning: the tiny model warmed up on {name} with random tool calls only, and none earned a reward: "
+            f"training would likely score every episode the same and learn nothing; {fix}, or train a model that "
+            "already calls tools (--model)")
+
+
 def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]], rows: list[dict[str, Any]],
            on_gpu: bool, say: Callable[[str], None], players: Mapping[str, type[Environment]]
            ) -> tuple[Any, Any, int | None]:
@@ -321,6 +336,11 @@ def _model(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment
     started = time.perf_counter()
     model, tokenizer, figures = build_tiny_model(classes, rows, spec, save_to=save_to, players=players)
     say(f"{describe(figures)} ({time.perf_counter() - started:.1f}s)")
+    if not figures["warmup_rewarded_share"]:   # every warm-up episode scored 0: GRPO would have nothing to compare
+        for name, env_class in players.items():
+            warning = _warm_up_warning(name, env_class)
+            if warning:
+                say(warning)
     episode_tokens = int(figures["episode_tokens"])
     if save_to is not None:
         return str(save_to), None, episode_tokens

@@ -119,18 +119,21 @@ class EnvkitServer(uvicorn.Server):
 
 
 class QuietWebSocketHandshakes(logging.Filter):
-    """Drops uvicorn's line per WebSocket handshake (`"WebSocket /ws" [accepted]`): one per session, thousands
-    under load. `envkit serve --log-level debug` keeps them."""
+    """Drops uvicorn's INFO lines per WebSocket connection (`"WebSocket /ws" [accepted]`, `connection open`,
+    `connection closed`, `connection rejected (...)`): several per session, thousands under load; refusals are
+    counted in `/metrics` instead. `envkit serve --log-level debug` keeps them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith('%s - "WebSocket '))
+        message = record.msg
+        return not (isinstance(message, str) and (message.startswith(('%s - "WebSocket ', "connection rejected"))
+                                                  or message in ("connection open", "connection closed")))
 
 
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info",
                on_started: Callable[[int], None] | None = None, compression: bool = False) -> None:
     """Serve `app` until SIGINT/SIGTERM; sessions are closed with 1001 before the server stops.
 
-    Below `log_level="debug"`, the handshake line uvicorn logs for every WebSocket connection is dropped.
+    Below `log_level="debug"`, the lines uvicorn logs for every WebSocket connection are dropped.
     """
     config = server_config(app, host, port, log_level=log_level, compression=compression)
     if log_level != "debug":

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ...core.served_env import ServedEnv, SessionRefused, summarise_validation_error
 from ...core.sessions import Session
 from ...environment import Observation
-from ...protocol import CloseCode, observation_payload, tool_result_text
+from ...protocol import CloseCode, FrameError, observation_payload, tool_result_text
 from ...tools import ToolSpec
 from .jsonrpc import INVALID_PARAMS, SERVER_ERROR, SESSION_GONE, RpcError
 
@@ -82,7 +82,11 @@ class Episodes:
         async with session.in_use():
             self._check_open(session)
             try:
-                observation = await session.reset(self.served.reset_kwargs(kwargs))
+                kwargs = self.served.reset_kwargs(kwargs)
+            except FrameError as error:
+                raise ToolFailed(error.message) from None
+            try:
+                observation = await session.reset(kwargs)
             except Exception as error:
                 session.pool.metrics.environment_raised(session.id, error)
                 raise ToolFailed(f"reset failed: {type(error).__name__}: {error}") from error

@@ -131,7 +131,7 @@ class StandardDialect:
         if fresh and track is not None:
             track(session)
         try:
-            names = episodes.served.reset_names
+            names = episodes.served.reset_arguments.names
             handle = {EPISODE_ID: session.id} if names is None or EPISODE_ID in names else {}
             observation = await episodes.reset(session, {**arguments, **handle})   # the env's episode id is the handle
         except ToolFailed as failed:

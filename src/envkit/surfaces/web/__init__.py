@@ -26,10 +26,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from ...core.reset_arguments import reset_method
 from ...environment import Environment
 from ...errors import ToolDefinitionError
-from ...tools import json_schema_for, parse_google_docstring
-from ...core.served_env import reset_method
+from ...tools import json_schema_for, parse_google_docstring, tool_specs
 
 __all__ = ["WEB_PATH", "mount_web", "reset_schema"]
 
@@ -48,8 +48,9 @@ _PAGE_HEADERS = {
 def mount_web(app: FastAPI, env_class: type[Environment], metadata: dict[str, Any]) -> dict[str, Any]:
     """Serve the page at `/web` (its files under `/web/static`), its JSON route, and `/` → `/web`;
     returns what `/metadata` says about the page. The page's HTML carries the environment's name and
-    description (from `metadata`) and a loading note, so its first paint is the page, not a blank."""
-    app.include_router(_router(env_class, page_html(metadata)))
+    description (from `metadata`), its tools and task splits, so its first paint (a screenshot, a page whose
+    scripts have not run) already shows what the environment is."""
+    app.include_router(_router(env_class, page_html(metadata, env_class)))
     app.mount(f"{WEB_PATH}/static", StaticFiles(directory=STATIC_DIR), name="web-static")
     return {"served": True, "path": WEB_PATH}
 
@@ -90,12 +91,34 @@ def reset_schema(env_class: type[Environment]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": open_ended}
 
 
-def page_html(metadata: dict[str, Any]) -> str:
-    """`index.html` with the environment's name and description written in (as text, escaped)."""
+def page_html(metadata: dict[str, Any], env_class: type[Environment] | None = None) -> str:
+    """`index.html` with the environment's name, description, tools and splits written in (as text, escaped)."""
     name = html.escape(str(metadata.get("name") or "environment"))
     description = html.escape(str(metadata.get("description") or ""))
     text = (STATIC_DIR / "index.html").read_text()
-    return text.replace("__ENV_DESCRIPTION__", description).replace("__ENV_NAME__", name)
+    summary = _summary_html(env_class) if env_class is not None else ""
+    return (text.replace("__ENV_SUMMARY__", summary).replace("__ENV_DESCRIPTION__", description)
+            .replace("__ENV_NAME__", name))
+
+
+def _summary_html(env_class: type[Environment]) -> str:
+    """The tools (signature and description) and task splits, shown until the play forms replace them."""
+    lines = []
+    specs = tool_specs(env_class)
+    if specs:
+        lines.append('<section class="card" id="summary-tools"><h2>Tools</h2><ul>')
+        for spec in specs.values():
+            arguments = ", ".join(spec.parameters["properties"])
+            lines.append(f"<li><code>{html.escape(spec.name)}({html.escape(arguments)})</code> "
+                         f"{html.escape(spec.description.splitlines()[0])}</li>")
+        lines.append("</ul></section>")
+    try:
+        splits = ", ".join(f"{split} ({len(env_class.tasks(split))})" for split in env_class.splits())
+    except Exception:   # a tasks() that raises is reported by /tasks and validate; the page just leaves it out
+        splits = ""
+    if splits:
+        lines.append(f'<p class="muted" id="summary-splits">Task splits: {html.escape(splits)}</p>')
+    return "\n      ".join(lines)
 
 
 def _router(env_class: type[Environment], index: str) -> APIRouter:

@@ -44,8 +44,9 @@ class {{cookiecutter.class_prefix}}Environment(Environment[{{cookiecutter.class_
         """
         self._secret = random.Random(seed).randint(LOW, HIGH)
         self._state = {{cookiecutter.class_prefix}}State(episode_id=episode_id or uuid.uuid4().hex, guesses_left=MAX_GUESSES)
-        return {{cookiecutter.class_prefix}}Observation(message=f"Guess a number between {LOW} and {HIGH}. You have {MAX_GUESSES} guesses.",
-                               guesses_left=MAX_GUESSES, reward=0.0)
+        return {{cookiecutter.class_prefix}}Observation(
+            message=f"Guess a number between {LOW} and {HIGH}. You have {MAX_GUESSES} guesses.",
+            guesses_left=MAX_GUESSES, reward=0.0)
 
     def step(self, action: {{cookiecutter.class_prefix}}Action) -> {{cookiecutter.class_prefix}}Observation:
         if self._state.won or self._state.guesses_left == 0:
@@ -55,14 +56,16 @@ class {{cookiecutter.class_prefix}}Environment(Environment[{{cookiecutter.class_
         left = self._state.guesses_left
         if action.guess == self._secret:
             self._state.won = True
-            return {{cookiecutter.class_prefix}}Observation(message=f"Correct! The number was {self._secret}.", guesses_left=left,
-                                   reward=1.0, done=True)
+            return {{cookiecutter.class_prefix}}Observation(
+                message=f"Correct! The number was {self._secret}.", guesses_left=left, reward=1.0, done=True)
         hint = "higher" if action.guess < self._secret else "lower"
         if left == 0:
-            return {{cookiecutter.class_prefix}}Observation(message=f"{action.guess} is wrong and no guesses are left; the number was "
-                                           f"{self._secret}.", guesses_left=0, reward=0.0, done=True)
-        return {{cookiecutter.class_prefix}}Observation(message=f"{action.guess} is wrong; the number is {hint}. {left} guesses left.",
-                               guesses_left=left, reward=0.0)
+            return {{cookiecutter.class_prefix}}Observation(
+                message=f"{action.guess} is wrong and no guesses are left; the number was {self._secret}.",
+                guesses_left=0, reward=0.0, done=True)
+        return {{cookiecutter.class_prefix}}Observation(
+            message=f"{action.guess} is wrong; the number is {hint}. {left} guesses left.",
+            guesses_left=left, reward=0.0)
 
     @property
     def state(self) -> {{cookiecutter.class_prefix}}State:

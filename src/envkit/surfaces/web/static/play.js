@@ -139,7 +139,7 @@ export function renderPlay(root, { schema, tools, resetArguments, splits }) {
   /** Send `frame` and wait for the reply. A session is opened when none ever was; after one has ended,
    * only a reset (`reconnect`) opens a new one: nothing else lands on a game the player did not start. */
   async function exchange(frame, box, { reconnect = false } = {}) {
-    showError(box, "");
+    for (const shown of root.querySelectorAll(".error")) showError(shown, "");   // only the latest move's error stays up
     try {
       if (!connection.open) {
         if (connection.lost && !reconnect) throw new SessionLost(`the session ended (${connection.lost}); press Reset to start a new one`);
