@@ -68,6 +68,13 @@ def docker_engine() -> Any:
     client.close()
 
 
+def own_containers(client: Any, image: str) -> list[Any]:
+    """The containers of `image` (running or not) but those another process's client started: the engine may be
+    shared with other test runs. Containers without envkit's labels count as this process's."""
+    return [container for container in client.containers.list(all=True, filters={"ancestor": image})
+            if container.labels.get("envkit.client-pid", str(os.getpid())) == str(os.getpid())]
+
+
 def envkit_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run `envkit ARGS` in a subprocess (this checkout's envkit)."""
     return subprocess.run([sys.executable, "-m", "envkit.cli", *args], capture_output=True, text=True,

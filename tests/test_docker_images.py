@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from docker.errors import NotFound
-from docker_engine import docker_engine, envkit_cli, root_image, staged_env_image  # noqa: F401  (fixtures)
+from docker_engine import docker_engine, envkit_cli, own_containers, root_image, staged_env_image  # noqa: F401
 
 from envkit import EnvClient
 from envkit.app.targets import bundled_envs
@@ -83,7 +83,7 @@ def test_root_image_serves_an_env_folder_mounted_read_only(docker_engine: Any, r
     with EnvClient.from_docker_image(root_image, docker_client=docker_engine, run_options={
             "command": ["/env", "--session-timeout", "60"],
             "volumes": {str(new_env): {"bind": "/env", "mode": "ro"}}}).sync() as env:
-        (container,) = docker_engine.containers.list(filters={"ancestor": root_image})
+        (container,) = own_containers(docker_engine, root_image)
         assert [(mount["Destination"], mount["RW"]) for mount in container.attrs["Mounts"]] == [("/env", False)]
         metadata = httpx.get(env.client.http_url + "/metadata", trust_env=False).json()
         assert metadata["name"] == "docker_check_env" and metadata["session_timeout_s"] == 60
@@ -100,7 +100,7 @@ def test_each_bundled_env_image_builds_serves_and_validates(docker_engine: Any, 
     shutil.copytree(bundled_envs()[name], folder, ignore=shutil.ignore_patterns("build", "__pycache__"))
     image = staged_env_image(name, folder, tmp_path / "space")
     client = EnvClient.from_docker_image(image, docker_client=docker_engine)
-    (container,) = docker_engine.containers.list(filters={"ancestor": image})
+    (container,) = own_containers(docker_engine, image)
     with client.sync() as env:
         assert httpx.get(env.client.http_url + "/metadata", trust_env=False).json()["name"] == name
         validated = envkit_cli("validate", env.client.http_url)
@@ -116,7 +116,7 @@ def test_a_new_env_through_push_build_and_from_docker_image(docker_engine: Any, 
     shutil.copytree(new_env, folder)
     image = staged_env_image("docker-check-env", folder, tmp_path / "space")
     client = EnvClient.from_docker_image(image, docker_client=docker_engine)
-    (container,) = docker_engine.containers.list(filters={"ancestor": image})
+    (container,) = own_containers(docker_engine, image)
     container.reload()
     assert container.attrs["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostIp"] == "127.0.0.1"
     with client.sync() as env:
