@@ -170,7 +170,7 @@ def test_serve_on_a_busy_port_says_which_and_what_to_do() -> None:
     ("import no_such_package_xyz\n", "cannot import 'broken_module': it imports 'no_such_package_xyz', which is "
                                      "not installed"),
     ("raise RuntimeError('boom')\n", "cannot import 'broken_module': importing it raised RuntimeError: boom "
-                                     "(<tmp>/broken_module.py, line 1)"),
+                                     "(<tmp>/broken_module.py, line 1: raise RuntimeError('boom')"),
 ])
 def test_serve_a_module_that_fails_to_import_is_one_line(tmp_path: Path, source: str, message: str) -> None:
     (tmp_path / "broken_module.py").write_text(source)
