@@ -102,7 +102,7 @@ def test_bad_actions_get_a_validation_error_and_the_game_goes_on(catch_url: str,
         assert env.step({"action_id": 1}).observation["ball_row"] == 1
 
 
-def test_step_after_the_end_and_bad_resets_are_execution_errors(catch_url: str) -> None:
+def test_step_after_the_end_and_bad_resets_are_refused(catch_url: str) -> None:
     with EnvClient(catch_url).sync() as env:
         env.reset(ball_column=2)
         for _ in range(9):
@@ -116,9 +116,12 @@ def test_step_after_the_end_and_bad_resets_are_execution_errors(catch_url: str) 
         assert error.value.code == "EXECUTION_ERROR" and "ball_column 9 is off the board" in error.value.message
         with pytest.raises(EnvError) as error:
             env.reset(seed="lucky")
-        assert "seed must be a whole number" in error.value.message
-        # A dataset row reaches reset whole (TRL passes every column): unknown keys are left out.
-        result = env.reset(ball_column=4, prompt="Catch the ball.", seed=1)
+        assert error.value.code == "VALIDATION_ERROR" and "seed must be an integer" in error.value.message
+        # A name reset does not take is refused (envkit train passes on only the names reset takes).
+        with pytest.raises(EnvError) as error:
+            env.reset(ball_column=4, prompt="Catch the ball.", seed=1)
+        assert error.value.code == "VALIDATION_ERROR" and "takes no argument 'prompt'" in error.value.message
+        result = env.reset(ball_column=4, seed=1)
         assert result.observation["ball_column"] == 4 and not result.done
 
 

@@ -25,8 +25,7 @@ def ask(sock: Any, frame: dict) -> dict:
 
 def test_solver_wins_an_episode_through_envkit_client(wordle_url: str) -> None:
     with EnvClient(wordle_url, observation_cls=WordleObservation).sync() as env:
-        # TRL passes every dataset column to reset; `prompt` is not a reset argument and is left out
-        result = env.reset(seed=5, prompt="Play Wordle like an expert.")
+        result = env.reset(seed=5)
         assert isinstance(result.observation, WordleObservation) and (result.reward, result.done) == (0.0, False)
         solver, moves = Solver(), 0
         while not result.done and moves < 6:
@@ -109,7 +108,9 @@ def test_bad_input_gets_clear_errors_and_the_session_carries_on(wordle_url: str)
         refused = ask(sock, {"type": "reset", "data": {"word": "xyzzy"}})
         assert refused["type"] == "error" and refused["data"]["code"] == "EXECUTION_ERROR"
         assert "word='xyzzy' cannot be the secret" in refused["data"]["message"]
-        assert ask(sock, {"type": "reset", "data": {"seed": "one"}})["data"]["code"] == "EXECUTION_ERROR"
+        assert ask(sock, {"type": "reset", "data": {"seed": "one"}})["data"]["code"] == "VALIDATION_ERROR"
+        unknown = ask(sock, {"type": "reset", "data": {"seed": 5, "prompt": "Play Wordle like an expert."}})["data"]
+        assert unknown["code"] == "VALIDATION_ERROR" and "takes no argument 'prompt'" in unknown["message"]
         assert ask(sock, {"type": "reset", "data": {"word": "speed"}})["type"] == "observation"
         wrong = ask(sock, {"type": "step", "data": {"guess": "[crane]"}})
         assert wrong["data"]["code"] == "VALIDATION_ERROR" and "message" in wrong["data"]["message"]
