@@ -22,7 +22,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
-__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxPathError", "SandboxUnavailableError"]
+from ..errors import EnvironmentLostError
+
+__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
+           "SandboxUnavailableError"]
 
 T = TypeVar("T")
 
@@ -36,6 +39,11 @@ START_TIMEOUT_S = 60.0
 
 class SandboxError(RuntimeError):
     """A sandbox could not do what was asked (it is closed, was ended, or an OS error inside)."""
+
+
+class SandboxLostError(SandboxError, EnvironmentLostError):
+    """The sandbox died or stopped answering (its container was removed, its agent killed): its files are gone.
+    Raised from an environment's tool, it ends the session, whose client gets `SessionLostError`."""
 
 
 class SandboxPathError(SandboxError, ValueError):
@@ -339,7 +347,7 @@ class Sandbox:
             if self._closed:
                 raise SandboxError("the sandbox is closed")
             if self._broken is not None:
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
             assert self._process is not None and self._process.stdin is not None
             try:
                 self._process.stdin.write(json.dumps(request).encode() + b"\n")
@@ -352,7 +360,7 @@ class Sandbox:
                 self._broken = self._broken or (f"the {self.backend} sandbox stopped answering and was ended; "
                                                 "its files are gone: close this session and open another")
                 self._kill()
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
         if "error" in answer:
             raise (SandboxPathError if answer["error"] == "path" else SandboxError)(answer["message"])
         return answer
