@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"contract", "client", "app", "play"},
     "evaluate": {"contract", "client", "app", "play"},
     "bench": {"contract", "client"},
-    "publish": {"contract", "client", "app"},
+    "publish": {"contract", "client", "app", "harbor", "sandbox"},
     "cli": {"contract", "core", "client", "app", "transport", "scale", "play", "train", "evaluate", "bench",
             "publish", "sandbox"},
     "api": {"contract", "client", "app", "transport"},  # `envkit` itself and `envkit.testing`
