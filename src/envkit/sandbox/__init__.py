@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 
-from .base import RunResult, Sandbox, SandboxError, SandboxLimits, SandboxPathError, SandboxUnavailableError
+from .base import (RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
+                   SandboxUnavailableError)
 from .pool import close_pools, pool_for
 
-__all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxPathError",
-           "SandboxUnavailableError", "close_pools", "BACKENDS"]
+__all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
+           "SandboxPathError", "SandboxUnavailableError", "close_pools", "BACKENDS"]
 
 BACKENDS = ("auto", "local", "docker")
 #: The image a docker sandbox runs when none is named.

@@ -8,10 +8,12 @@ and with it every process of the sandbox; so does the server's death, which clos
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import select
 import subprocess
+import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
-__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxPathError", "SandboxUnavailableError"]
+from ..errors import EnvironmentLostError
+
+__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
+           "SandboxUnavailableError"]
 
 T = TypeVar("T")
 
@@ -34,6 +39,11 @@ START_TIMEOUT_S = 60.0
 
 class SandboxError(RuntimeError):
     """A sandbox could not do what was asked (it is closed, was ended, or an OS error inside)."""
+
+
+class SandboxLostError(SandboxError, EnvironmentLostError):
+    """The sandbox died or stopped answering (its container was removed, its agent killed): its files are gone.
+    Raised from an environment's tool, it ends the session, whose client gets `SessionLostError`."""
 
 
 class SandboxPathError(SandboxError, ValueError):
@@ -168,6 +178,8 @@ class Sandbox:
 
     backend: ClassVar[str]
     workdir: str = WORKDIR
+    #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
+    confined: ClassVar[bool] = True
 
     def __init__(self, limits: SandboxLimits) -> None:
         self.limits = limits
@@ -193,7 +205,8 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         """Start the sandbox's process; `wait_ready` then waits for the agent's first line."""
-        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits))])
+        options = {"workdir": self.workdir, "confined": self.confined}
+        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
         try:
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -273,15 +286,18 @@ class Sandbox:
     # -- requests
 
     def run(self, command: str | Sequence[str], *, timeout_s: float | None = None,
-            stdin: str | bytes | None = None) -> RunResult:
-        """Run `command` (a string through `/bin/sh -c`, or an argument list) in the work folder."""
+            stdin: str | bytes | None = None, env: dict[str, str] | None = None) -> RunResult:
+        """Run `command` (a string through `/bin/sh -c`, or an argument list) in the work folder, with `env` added
+        to the sandbox's environment variables."""
         if isinstance(command, str):
             argv = ["/bin/sh", "-c", command]
         elif command and all(isinstance(part, str) for part in command):
             argv = list(command)
         else:
             raise ValueError(f"a command is a string or a non-empty list of strings; got {command!r}")
-        return self._run({"argv": argv}, timeout_s, stdin)
+        if env is not None and not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            raise ValueError(f"env maps names to string values; got {env!r}")
+        return self._run({"argv": argv, "env": env}, timeout_s, stdin)
 
     def run_python(self, source: str, *, timeout_s: float | None = None,
                    stdin: str | bytes | None = None) -> RunResult:
@@ -304,18 +320,34 @@ class Sandbox:
         """Write `data` to `path` in the work folder (parent folders are made)."""
         if not isinstance(data, (str, bytes)):
             raise ValueError(f"file data must be str or bytes; got {type(data).__name__}")
-        self._call({"op": "write", "path": relative_path(path), "data": _b64(data)}, GRACE_S + 30)
+        self._call({"op": "write", "path": self._path(path), "data": _b64(data)}, GRACE_S + 30)
 
     def read_file(self, path: str) -> bytes:
         """The bytes of the file at `path` in the work folder."""
-        return base64.b64decode(self._call({"op": "read", "path": relative_path(path)}, GRACE_S + 30)["data"])
+        return base64.b64decode(self._call({"op": "read", "path": self._path(path)}, GRACE_S + 30)["data"])
+
+    def copy_in(self, folder: Path, dest: str) -> None:
+        """Copy the host folder `folder` (its contents) to the absolute path `dest` inside, made if missing."""
+        if not dest.startswith("/"):
+            raise ValueError(f"copy_in takes an absolute destination; got {dest!r}")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(folder, arcname=".")
+        self._call({"op": "unpack", "dest": dest, "data": _b64(archive.getvalue())}, GRACE_S + 60)
+
+    def _path(self, path: str) -> str:
+        if self.confined:
+            return relative_path(path)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
+        return path
 
     def _call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         with self._lock:
             if self._closed:
                 raise SandboxError("the sandbox is closed")
             if self._broken is not None:
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
             assert self._process is not None and self._process.stdin is not None
             try:
                 self._process.stdin.write(json.dumps(request).encode() + b"\n")
@@ -328,7 +360,7 @@ class Sandbox:
                 self._broken = self._broken or (f"the {self.backend} sandbox stopped answering and was ended; "
                                                 "its files are gone: close this session and open another")
                 self._kill()
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
         if "error" in answer:
             raise (SandboxPathError if answer["error"] == "path" else SandboxError)(answer["message"])
         return answer
