@@ -2,12 +2,15 @@
 own `HarborEnv` client in its venv (tests/openenv_peer/harbor_task_discovery.py) and against `openenv harbor serve`
 on the same Harbor task folder.
 
-`openenv harbor serve` runs for real (`--expose direct`, no engine: discovery needs none); its capture proxy listens
+On envkit's side the folder is served by `envkit serve FOLDER` in a tree that has the Harbor layer (`envkit.harbor`);
+in a tree without it, by a stand-in environment with the catalogue that layer documents (`harbor_catalogue`), the one
+part that is not the real thing. `openenv harbor serve` runs for real (`--expose direct`, no engine: discovery needs none); its capture proxy listens
 on every interface (OpenEnv binds it to 0.0.0.0 itself) for the test's few seconds and receives no traffic.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -20,8 +23,7 @@ import httpx
 import pytest
 
 from envkit import Environment, Observation, State
-from envkit.app import create_app
-from envkit.app.targets import resolve_target
+from envkit.app.targets import app_from_environment, resolve_target
 from envkit.environment import Action
 from envkit.surfaces.harbor_tasks import INSTRUCTION_CHARS
 from envkit.testing import ServedProcess, free_port, running_server
@@ -74,7 +76,7 @@ def test_task_api_sits_behind_the_api_key_like_every_surface() -> None:
 
 
 def test_an_environment_without_splits_serves_no_task_api() -> None:
-    with running_server(create_app(NoTasks, Action, Observation)) as url:
+    with running_server(app_from_environment(NoTasks)) as url:
         answer = httpx.get(url + "/harbor_env/splits")
     assert answer.status_code == 404
 
@@ -122,8 +124,12 @@ def openenv_harbor_url(openenv_python: str, harbor_folder: Path) -> Iterator[str
 
 @pytest.fixture(scope="module")
 def envkit_harbor_url(harbor_folder: Path) -> Iterator[str]:
-    env_class = harbor_catalogue(harbor_folder)
-    with running_server(create_app(env_class, Action, Observation)) as url:
+    """`envkit serve FOLDER` where this tree has the Harbor layer (`envkit.harbor`); else the stand-in catalogue."""
+    if importlib.util.find_spec("envkit.harbor") is not None:
+        with ServedProcess(str(harbor_folder)) as served:
+            yield served.url
+        return
+    with running_server(app_from_environment(harbor_catalogue(harbor_folder))) as url:
         yield url
 
 
@@ -248,15 +254,9 @@ class NoTasks(Environment[Action, Observation, State]):
 
 
 def harbor_catalogue(root: Path) -> type[Environment]:
-    """The environment envkit serves for a folder of Harbor tasks: `envkit.harbor.harbor_environment` where this
-    tree has the Harbor layer; else a stand-in with the catalogue that layer documents (every task in split "test",
-    each task `{"task_id": folder name}` in name order, the instruction from `instruction.md`) and no episodes."""
-    try:
-        from envkit.harbor import harbor_environment
-    except ImportError:
-        pass
-    else:
-        return harbor_environment(root)
+    """A stand-in for the Harbor layer's environment, for a tree without `envkit.harbor`: the catalogue that layer
+    documents (every task of a flat folder in split "test", each task `{"task_id": folder name}` in name order, its
+    instruction from `instruction.md`) and no episodes."""
     folders = sorted(path for path in root.iterdir() if (path / "task.toml").is_file())
 
     class HarborCatalogue(NoTasks):

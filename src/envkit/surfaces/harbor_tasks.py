@@ -19,6 +19,7 @@ OpenEnv's Harbor server has it. Nothing here opens a session or builds an enviro
 Errors have FastAPI's shape, as OpenEnv's server answers them: a body that is not the request model's (not JSON, a
 field missing or of the wrong type, an unknown field) is 422 `{"detail": [{"type", "loc", "msg", "input"}, ...]}`; an
 unknown split or an index out of range is 400 `{"detail": "..."}` saying what the server has; a wrong method 405.
+The body is read as JSON whatever its `Content-Type` (FastAPI would refuse one not sent as `application/json`).
 """
 
 from __future__ import annotations
