@@ -81,6 +81,21 @@ def test_an_environment_without_splits_serves_no_task_api() -> None:
     assert answer.status_code == 404
 
 
+def test_a_catalogue_that_raises_is_a_500_naming_the_error_and_the_server_carries_on() -> None:
+    class BrokenInstructions(NoTasks):
+        TASKS = {"test": ({"task_id": "only"},)}
+
+        @classmethod
+        def task_instruction(cls, task: dict[str, Any]) -> str:
+            raise OSError("instruction.md is unreadable")
+
+    with running_server(app_from_environment(BrokenInstructions)) as url:
+        broken = httpx.post(url + "/harbor_env/task", json={"split": "test", "index": 0})
+        counted = httpx.post(url + "/harbor_env/num_tasks", json={"split": "test"})
+    assert broken.status_code == 500 and broken.json() == {"detail": "OSError: instruction.md is unreadable"}
+    assert counted.json() == {"num_tasks": 1}
+
+
 # -- a Harbor task folder: envkit and `openenv harbor serve` side by side --------------------------------------------
 
 @pytest.fixture(scope="module")
