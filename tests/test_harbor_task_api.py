@@ -2,15 +2,12 @@
 own `HarborEnv` client in its venv (tests/openenv_peer/harbor_task_discovery.py) and against `openenv harbor serve`
 on the same Harbor task folder.
 
-On envkit's side the folder is served by `envkit serve FOLDER` in a tree that has the Harbor layer (`envkit.harbor`);
-in a tree without it, by a stand-in environment with the catalogue that layer documents (`harbor_catalogue`), the one
-part that is not the real thing. `openenv harbor serve` runs for real (`--expose direct`, no engine: discovery needs none); its capture proxy listens
-on every interface (OpenEnv binds it to 0.0.0.0 itself) for the test's few seconds and receives no traffic.
+On envkit's side the folder is served by `envkit serve FOLDER` (`envkit.harbor`). `openenv harbor serve` runs for real (`--expose direct`, no engine: discovery needs none), with its capture proxy,
+which OpenEnv binds to every interface, moved to 127.0.0.1 (tests/openenv_peer/loopback_only.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -118,7 +115,8 @@ def harbor_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def openenv_harbor_url(openenv_python: str, harbor_folder: Path) -> Iterator[str]:
     """`openenv harbor serve --dataset FOLDER` (OpenEnv 0.10.0's own server) on 127.0.0.1."""
     port = free_port()
-    process = subprocess.Popen([openenv_python, "-m", "openenv.cli", "harbor", "serve", "--dataset", str(harbor_folder),
+    process = subprocess.Popen([openenv_python, str(PEER.parent / "loopback_only.py"), "harbor", "serve",
+                                "--dataset", str(harbor_folder),
                                 "--host", "127.0.0.1", "--port", str(port), "--capture-port", str(free_port()),
                                 "--expose", "direct"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
@@ -139,13 +137,9 @@ def openenv_harbor_url(openenv_python: str, harbor_folder: Path) -> Iterator[str
 
 @pytest.fixture(scope="module")
 def envkit_harbor_url(harbor_folder: Path) -> Iterator[str]:
-    """`envkit serve FOLDER` where this tree has the Harbor layer (`envkit.harbor`); else the stand-in catalogue."""
-    if importlib.util.find_spec("envkit.harbor") is not None:
-        with ServedProcess(str(harbor_folder)) as served:
-            yield served.url
-        return
-    with running_server(app_from_environment(harbor_catalogue(harbor_folder))) as url:
-        yield url
+    """`envkit serve FOLDER`."""
+    with ServedProcess(str(harbor_folder)) as served:
+        yield served.url
 
 
 def test_harbor_client_sees_the_same_tasks_on_envkit_and_openenv_harbor_serve(
@@ -266,19 +260,3 @@ class NoTasks(Environment[Action, Observation, State]):
     @property
     def state(self) -> State:
         return State()
-
-
-def harbor_catalogue(root: Path) -> type[Environment]:
-    """A stand-in for the Harbor layer's environment, for a tree without `envkit.harbor`: the catalogue that layer
-    documents (every task of a flat folder in split "test", each task `{"task_id": folder name}` in name order, its
-    instruction from `instruction.md`) and no episodes."""
-    folders = sorted(path for path in root.iterdir() if (path / "task.toml").is_file())
-
-    class HarborCatalogue(NoTasks):
-        TASKS = {"test": tuple({"task_id": folder.name} for folder in folders)}
-
-        @classmethod
-        def task_instruction(cls, task: dict[str, Any]) -> str:
-            return (root / task["task_id"] / "instruction.md").read_text()
-
-    return HarborCatalogue

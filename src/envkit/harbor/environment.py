@@ -94,9 +94,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._verdict: Verdict | None = None
 
     @classmethod
-    def task_prompt(cls, task: dict[str, Any]) -> str | None:
+    def task_instruction(cls, task: dict[str, Any]) -> str:
+        """The task's instruction.md (as its first observation has it), for task catalogues."""
         found = cls.BY_NAME.get(str(task.get("task_id")))
-        return instruction_text(found) if found else None
+        return instruction_text(found) if found else ""
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               task_id: str | None = None) -> HarborObservation:
