@@ -17,7 +17,8 @@ Heavy imports (torch, transformers, uvicorn) load only when an engine generates 
 from .engine import Engine, EngineError, Generation, GenerationRequest, Sampling
 from .openai_engine import OpenAIEngine
 from .proxy import CaptureProxy
-from .session import Call, CaptureSession
+from .records import Call
+from .session import CaptureSession
 from .trace import training_trace, write_traces
 from .transformers_engine import TransformersEngine
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .chat import ChatRequest, for_template, message_key, tools_key
-from .session import Call
+from .records import Call
 
 __all__ = ["Renderer", "Prompt", "build_prompt"]
 

@@ -23,7 +23,8 @@ from .batching import Batcher
 from .chat import ChatRequest, RequestError, message_key, parse_completion, read_request, tools_key
 from .continuation import Renderer, build_prompt
 from .engine import Engine, EngineError, GenerationRequest, Sampling
-from .session import BudgetExhausted, Call, CaptureSession
+from .records import Call
+from .session import BudgetExhausted, CaptureSession
 
 __all__ = ["CaptureRoutes"]
 

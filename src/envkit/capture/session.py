@@ -9,42 +9,17 @@ from __future__ import annotations
 
 import secrets
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import Sampling
+from .records import Call
 from .trace import training_trace
 
-__all__ = ["Call", "CaptureSession", "BudgetExhausted"]
+__all__ = ["CaptureSession", "BudgetExhausted"]
 
 
 class BudgetExhausted(RuntimeError):
     """The session has made all the calls its budget allows."""
-
-
-@dataclass
-class Call:
-    """One model call as the engine served it."""
-
-    node_id: str
-    parent_id: str | None
-    root_id: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    message_keys: list[tuple[Any, ...]]
-    tools_key: str
-    reply_key: tuple[Any, ...]
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    response: dict[str, Any]
-    sampling: dict[str, Any]
-    requested_sampling: dict[str, Any] = field(default_factory=dict)
-    #: Prompt tokens tokenised for this call (all of them for a root; the new messages' for a continuation).
-    new_prompt_tokens: int = 0
-    #: Why the call is a root although it extends an earlier call's messages (None otherwise).
-    root_reason: str | None = None
 
 
 class CaptureSession:

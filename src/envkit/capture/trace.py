@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
-if TYPE_CHECKING:
-    from .session import Call
+from .records import Call
 
 __all__ = ["training_trace", "write_traces", "SCHEMA_VERSION"]
 
