@@ -62,9 +62,9 @@ class OpenAIEngine:
         if self._client is None or self._client.is_closed:
             self._client = httpx.AsyncClient(timeout=self.timeout_s, trust_env=False, headers=self.headers,
                                              limits=httpx.Limits(max_connections=256))
-        return list(await asyncio.gather(*(self._one(request) for request in requests)))
+        return list(await asyncio.gather(*(self._one(self._client, request) for request in requests)))
 
-    async def _one(self, request: GenerationRequest) -> Generation:
+    async def _one(self, client: Any, request: GenerationRequest) -> Generation:
         import httpx
 
         sampling = request.sampling
@@ -75,7 +75,7 @@ class OpenAIEngine:
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         try:
-            answer = await self._client.post(f"{self.base_url}/completions", json=body)
+            answer = await client.post(f"{self.base_url}/completions", json=body)
         except httpx.HTTPError as error:
             raise EngineError(f"the engine at {self.base_url} did not answer: {error!r}") from error
         if answer.status_code != 200:
@@ -97,5 +97,8 @@ class OpenAIEngine:
                           finish_reason="length" if choice.get("finish_reason") == "length" else "stop")
 
     async def aclose(self) -> None:
+        """Close the connections to the server (on the event loop that generated; the proxy does it as it
+        closes)."""
         if self._client is not None:
             await self._client.aclose()
+            self._client = None

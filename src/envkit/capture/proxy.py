@@ -121,10 +121,14 @@ class CaptureProxy:
         return session
 
     def close(self) -> None:
-        """Stop every listener and the event loop; sessions' records stay readable."""
+        """Stop every listener, close the engine's connections (an engine with `aclose`), stop the event loop;
+        sessions' records stay readable."""
         for name in list(self._servers):
             self._stop(name)
         if self._loop is not None:
+            closing = getattr(self.engine, "aclose", None)
+            if closing is not None and self._loop.is_running():
+                asyncio.run_coroutine_threadsafe(closing(), self._loop).result(timeout=START_TIMEOUT_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=START_TIMEOUT_S)
