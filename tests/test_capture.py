@@ -17,7 +17,7 @@ import pytest
 
 from capture_model import TEMPLATE_KWARGS, TinyEcho, tiny_echo
 from envkit.capture import CaptureProxy, CaptureSession, Sampling, TransformersEngine
-from envkit.capture.chat import RequestError, parse_completion, read_request
+from envkit.capture.chat import RequestError, message_key, parse_completion, read_request
 from envkit.capture.continuation import Renderer
 
 pytestmark = pytest.mark.timeout(600)
@@ -129,7 +129,7 @@ def test_tool_calls_round_trip_and_continuation_keeps_the_sampled_ids(proxy: Cap
 
 
 def test_a_rewritten_history_starts_a_new_root(proxy: CaptureProxy, tiny: TinyEcho) -> None:
-    session = proxy.open_session(max_calls=4, sampling=TOOL_SAMPLING)
+    session = proxy.open_session(max_calls=5, sampling=TOOL_SAMPLING)
     client = client_for(proxy, session)
     messages = tool_episode(client, tiny, turns=2)
     assert session.roots == 1
@@ -141,6 +141,9 @@ def test_a_rewritten_history_starts_a_new_root(proxy: CaptureProxy, tiny: TinyEc
     compacted = [messages[0], {"role": "user", "content": "Summary: one echo so far. Go on."}]   # a compaction
     client.chat.completions.create(model="tiny", messages=compacted, tools=tiny.tools)
     assert session.roots == 3
+    retried = session.records[1]      # the second call of the chain, asked again: a sibling, not a new root
+    client.chat.completions.create(model="tiny", messages=retried.messages, tools=tiny.tools)
+    assert session.roots == 3 and session.records[-1].parent_id == retried.parent_id
 
 
 def test_each_key_reaches_its_own_session_only(proxy: CaptureProxy, tiny: TinyEcho) -> None:
@@ -255,6 +258,19 @@ def test_concurrent_sessions_share_engine_batches(proxy: CaptureProxy, tiny: Tin
     assert max(proxy.routes.batcher.batch_sizes[before:]) > 1
     keys = {call.node_id for session in sessions for call in session.records}
     assert len(keys) == 16
+
+
+def test_messages_match_as_turns_not_as_bytes() -> None:
+    """What a client may change in a message it sends back and still continue its chain, and what it may not."""
+    sent = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": '{"message": "a", "n": 1}'}}]}
+    echoed = {"role": "assistant", "content": "", "refusal": None, "tool_calls": [
+        {"id": "call_other", "type": "function", "function": {"name": "echo", "arguments": '{"n":1,"message":"a"}'}}]}
+    assert message_key(sent) == message_key(echoed)
+    edited = {**echoed, "tool_calls": [{"function": {"name": "echo", "arguments": '{"message": "b", "n": 1}'}}]}
+    assert message_key(sent) != message_key(edited)
+    assert message_key({"role": "user", "content": [{"type": "text", "text": "hi"}]}) == message_key(
+        {"role": "user", "content": "hi "})
 
 
 def test_reading_requests_and_completions() -> None:
