@@ -9,7 +9,9 @@ request) and through the proxy (the `openai` SDK over 127.0.0.1: HTTP, the check
 conversation, the batch window, decoding and parsing the answer), alternated call by call, each pair sampling the
 same tokens (same prompt, same seed); reported as p50 and p99 of each and of the pairs' differences, with the
 default batch window (5 ms) and none. Rollouts per second: N sessions at once, each an agent of 3 calls (tool
-results sent back, so calls 2 and 3 continue the chain), the calls batched across sessions. Results go to
+results sent back, so calls 2 and 3 continue the chain; a reply with no tool call gets "Go on."), the calls
+batched across sessions; a chain broken there is counted with its cause (`root_reason`: a user turn after an
+earlier turn that reasoned). Results go to
 `benchmarks/results/capture_latency.json`.
 """
 
@@ -126,7 +128,8 @@ def rollouts_per_second(engine: Any, tools: list[dict[str, Any]], task: str, ses
     assert all(session.calls == 3 for session in opened)
     return {"sessions": sessions, "rollouts": len(opened), "rollouts_per_s": round(len(opened) / elapsed, 2),
             "calls_per_s": round(3 * len(opened) / elapsed, 2), "mean_batch": round(statistics.mean(sizes), 2),
-            "chains_kept": sum(session.roots == 1 for session in opened)}
+            "chains_kept": sum(session.roots == 1 for session in opened),
+            "roots_by_template": sum(call.root_reason is not None for session in opened for call in session.records)}
 
 
 def main() -> None:
@@ -155,11 +158,11 @@ def main() -> None:
         print(f"| {row['batch_window_ms']:.0f} ms | {row['direct']['p50_ms']:.1f} / {row['direct']['p99_ms']:.1f} | "
               f"{row['proxy']['p50_ms']:.1f} / {row['proxy']['p99_ms']:.1f} | "
               f"{row['added']['p50_ms']:.1f} / {row['added']['p99_ms']:.1f} |")
-    print("\n| sessions at once | rollouts/s | calls/s | mean batch | chains kept whole |")
-    print("| --- | --- | --- | --- | --- |")
+    print("\n| sessions at once | rollouts/s | calls/s | mean batch | chains kept whole | roots the template made |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for row in throughput:
         print(f"| {row['sessions']} | {row['rollouts_per_s']} | {row['calls_per_s']} | {row['mean_batch']} | "
-              f"{row['chains_kept']}/{row['rollouts']} |")
+              f"{row['chains_kept']}/{row['rollouts']} | {row['roots_by_template']} |")
 
 
 if __name__ == "__main__":

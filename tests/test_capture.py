@@ -17,8 +17,9 @@ import pytest
 
 from capture_model import TEMPLATE_KWARGS, TinyEcho, tiny_echo
 from envkit.capture import CaptureProxy, CaptureSession, Sampling, TransformersEngine
-from envkit.capture.chat import RequestError, message_key, parse_completion, read_request
-from envkit.capture.continuation import Renderer
+from envkit.capture.chat import RequestError, message_key, parse_completion, read_request, tools_key
+from envkit.capture.continuation import Renderer, build_prompt
+from envkit.capture.records import Call
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -258,6 +259,35 @@ def test_concurrent_sessions_share_engine_batches(proxy: CaptureProxy, tiny: Tin
     assert max(proxy.routes.batcher.batch_sizes[before:]) > 1
     keys = {call.node_id for session in sessions for call in session.records}
     assert len(keys) == 16
+
+
+def test_a_user_turn_after_earlier_reasoning_starts_a_root_and_says_why(tiny: TinyEcho) -> None:
+    """Qwen3's template drops the reasoning of turns before the last user message: once a user message follows,
+    an earlier turn that reasoned renders otherwise than its ids say. The proxy does not guess: a new root, with
+    its reason. Tool results keep the chain (they move no user turn)."""
+    renderer = Renderer(tiny.tokenizer, TEMPLATE_KWARGS)
+    eos = tiny.tokenizer.eos_token_id
+    calls: list[Call] = []
+
+    def answer(messages: list[dict[str, Any]], text: str) -> dict[str, Any]:
+        prompt = build_prompt(renderer, read_request({"messages": messages}), calls)
+        completion = renderer.tokenize(text) + [eos]
+        reply = parse_completion(renderer.decode(completion))
+        node = f"n{len(calls)}"
+        calls.append(Call(node_id=node, parent_id=prompt.parent.node_id if prompt.parent else None,
+                          root_id=prompt.parent.root_id if prompt.parent else node, messages=messages, tools=None,
+                          message_keys=[message_key(message) for message in messages], tools_key=tools_key(None),
+                          reply_key=message_key(reply), prompt_ids=prompt.ids, completion_ids=completion,
+                          logprobs=[-1.0] * len(completion), finish_reason="stop", response={}, sampling={},
+                          root_reason=prompt.root_reason))
+        return reply
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    messages += [answer(messages, "Let me think.</think>\n\nhello"), {"role": "tool", "content": "ok"}]
+    messages += [answer(messages, "done"), {"role": "user", "content": "And?"}]
+    answer(messages, "end")
+    assert [call.parent_id for call in calls] == [None, "n0", None]
+    assert calls[2].root_reason is not None and "renders the history" in calls[2].root_reason
 
 
 def test_messages_match_as_turns_not_as_bytes() -> None:
