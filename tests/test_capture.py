@@ -242,6 +242,11 @@ def test_unix_socket_listeners(tiny: TinyEcho, tmp_path: Any) -> None:
         assert session.calls == 2
         proxy.remove_listener(second)
         assert not second.exists() and first.exists()
+        with pytest.raises(ValueError, match="longer than the 107 bytes"):
+            proxy.add_listener(tmp_path / ("x" * 120) / "proxy.sock")
+        (tmp_path / "file").write_text("")
+        with pytest.raises(FileExistsError, match="not a socket"):
+            proxy.add_listener(tmp_path / "file")
     assert not first.exists()
 
 

@@ -22,6 +22,8 @@ from .session import CaptureSession
 __all__ = ["CaptureProxy"]
 
 START_TIMEOUT_S = 30.0
+#: The longest path a unix socket's address holds on Linux (`sun_path`, less its final NUL).
+MAX_SOCKET_PATH = 107
 
 
 class CaptureProxy:
@@ -69,6 +71,9 @@ class CaptureProxy:
         if self._loop is None:
             raise RuntimeError("start the proxy before adding listeners")
         path = Path(unix_socket)
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            raise ValueError(f"the socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket's "
+                             "address holds; use a shorter folder")
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise FileExistsError(f"{path} exists and is not a socket; pick another path for the listener")
