@@ -5,7 +5,8 @@ asked (`return_token_ids`, `logprobs: 0`, `return_tokens_as_token_ids`): the cho
 `TransformersEngine` over the tiny model.
 
 `mode` changes what it leaves out, to see the engine cope or refuse: "vllm" (everything), "no_token_ids"
-(only the `token_id:N` strings carry the sampled ids), "no_logprobs" (a server that cannot return them).
+(only the `token_id:N` strings carry the sampled ids), "no_logprobs" (a server that cannot return them), "null_logprobs"
+(a `null` in place of each log-probability, which vLLM's schema allows).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ def completions_app(engine: TransformersEngine, mode: str = "vllm") -> Starlette
                             seed=body.get("seed"))
         [generation] = await engine.generate([GenerationRequest(list(body["prompt"]), sampling)])
         ids = generation.completion_ids
+        logprobs = [None] * len(ids) if mode == "null_logprobs" else generation.logprobs
         choice: dict[str, Any] = {"index": 0, "text": engine.tokenizer.decode(ids),
                                   "finish_reason": generation.finish_reason, "stop_reason": None}
         if mode != "no_logprobs":
             choice["logprobs"] = {"tokens": [f"token_id:{token}" for token in ids],
-                                  "token_logprobs": generation.logprobs,
+                                  "token_logprobs": logprobs,
                                   "top_logprobs": [{f"token_id:{token}": value}
-                                                   for token, value in zip(ids, generation.logprobs)],
+                                                   for token, value in zip(ids, logprobs)],
                                   "text_offset": [0] * len(ids)}
         if mode == "vllm":
             choice |= {"prompt_token_ids": body["prompt"], "token_ids": ids}

@@ -60,8 +60,9 @@ def test_the_proxy_over_an_external_server(external: tuple[str, Any], tiny: Tiny
     assert all(len(turn["per_token_logps"]) == len(turn["completion_token_ids"]) > 0 for turn in turns)
 
 
-def test_a_server_without_logprobs_fails_the_call_in_one_line(tiny: TinyEcho) -> None:
-    with running_server(served(tiny, "no_logprobs")) as root:
+@pytest.mark.parametrize("mode", ["no_logprobs", "null_logprobs"])
+def test_a_server_without_logprobs_fails_the_call_in_one_line(tiny: TinyEcho, mode: str) -> None:
+    with running_server(served(tiny, mode)) as root:
         engine = OpenAIEngine(root + "/v1", str(tiny.folder), tokenizer=tiny.tokenizer,
                               chat_template_kwargs=TEMPLATE_KWARGS)
         with CaptureProxy(engine) as proxy:

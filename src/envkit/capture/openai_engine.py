@@ -90,7 +90,8 @@ class OpenAIEngine:
             raise EngineError(f"the engine at {self.base_url} reports other prompt ids than it was sent")
         ids = _sampled_ids(choice)
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
-        if ids is None or not isinstance(logprobs, list) or len(logprobs) != len(ids):
+        if ids is None or not isinstance(logprobs, list) or len(logprobs) != len(ids) or not all(
+                isinstance(value, (int, float)) and not isinstance(value, bool) for value in logprobs):
             raise EngineError(f"the engine at {self.base_url} returned no sampled token ids with one "
                               "log-probability each: it must support return_token_ids and logprobs (vLLM does)")
         return Generation(completion_ids=[int(token) for token in ids], logprobs=[float(value) for value in logprobs],
