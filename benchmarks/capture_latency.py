@@ -103,7 +103,8 @@ def agent(proxy: Any, session: Any, tools: list[dict[str, Any]], task: str, turn
         for _ in range(turns):
             message = sdk.chat.completions.create(model="tiny", messages=messages, tools=tools).choices[0].message
             messages.append(message.model_dump(exclude_none=True))
-            messages += [{"role": "tool", "tool_call_id": call.id, "content": "ok"} for call in message.tool_calls or ()]
+            messages += [{"role": "tool", "tool_call_id": call.id, "content": "ok"}
+                         for call in message.tool_calls or ()]
             if not message.tool_calls:
                 messages.append({"role": "user", "content": "Go on."})
 

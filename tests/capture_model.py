@@ -1,5 +1,6 @@
 """The tiny model the capture tests talk to: built once per test run on the echo environment, as `envkit train`
-builds it (offline, in seconds), saved to a temporary folder (`OpenAIEngine` loads its tokenizer from there), removed at exit."""
+builds it (offline, in seconds), saved to a temporary folder (`OpenAIEngine` loads its tokenizer from there),
+removed at exit."""
 
 from __future__ import annotations
 

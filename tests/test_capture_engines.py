@@ -77,3 +77,23 @@ def test_a_server_without_logprobs_fails_the_call_in_one_line(tiny: TinyEcho, mo
                 assert "log-probability" in message and "\n" not in message
             assert (session.calls, session.refused) == (0, 0)
             assert [model.id for model in client.models.list()] == [str(tiny.folder)]   # and the proxy carries on
+
+
+def test_an_engine_that_raises_fails_its_calls_in_one_line(tiny: TinyEcho) -> None:
+    """The model failing mid-call (here: a tokenizer with a token the model's embeddings do not have, as when a
+    tokenizer and a model do not belong together) is a 502 in one line, and the next call is served."""
+    import copy
+
+    tokenizer = copy.deepcopy(tiny.tokenizer)
+    tokenizer.add_tokens(["<unseen>"])
+    engine = TransformersEngine(tiny.model, tokenizer, chat_template_kwargs=TEMPLATE_KWARGS)
+    with CaptureProxy(engine) as proxy:
+        session = proxy.open_session(max_calls=2, sampling=Sampling(max_tokens=4))
+        client = openai.OpenAI(base_url=proxy.url, api_key=session.api_key, max_retries=0,
+                               http_client=httpx.Client(trust_env=False))
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "<unseen>"}])
+        assert failed.value.status_code == 502 and "the engine failed: IndexError" in failed.value.body["message"]
+        assert "\n" not in failed.value.body["message"]
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+        assert session.calls == 1

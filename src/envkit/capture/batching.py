@@ -7,10 +7,13 @@ A call waits `window_s` for others to join it, then the batch (at most `max_batc
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from .engine import Engine, Generation, GenerationRequest
+from .engine import Engine, EngineError, Generation, GenerationRequest
 
 __all__ = ["Batcher"]
+
+logger = logging.getLogger("envkit.capture")
 
 
 class Batcher:
@@ -43,6 +46,9 @@ class Batcher:
                 if len(results) != len(batch):
                     raise RuntimeError(f"the engine answered {len(results)} of {len(batch)} requests")
             except Exception as error:   # every caller of the batch hears of it; the next batch still runs
+                if not isinstance(error, EngineError):
+                    logger.exception("the engine failed a batch of %d", len(batch))
+                    error = EngineError(" ".join(f"the engine failed: {type(error).__name__}: {error}".split()))
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(error)
