@@ -225,6 +225,24 @@ def test_bad_requests_get_one_line_and_the_proxy_carries_on(proxy: CaptureProxy,
     assert fine.status_code == 200 and session.calls == 1
 
 
+def test_a_conversation_longer_than_the_context_is_refused_in_one_line(tiny: TinyEcho) -> None:
+    engine = TransformersEngine(tiny.model, tiny.tokenizer, chat_template_kwargs=TEMPLATE_KWARGS)
+    renderer = Renderer(tiny.tokenizer, TEMPLATE_KWARGS)
+    short = len(renderer.tokenize(renderer.render([{"role": "user", "content": "hi"}], None, generation=True)))
+    engine.max_context = short + 2      # room for 2 tokens after a short question, none after the task with tools
+    with CaptureProxy(engine) as proxy:
+        session = proxy.open_session(max_calls=1)
+        client = client_for(proxy, session, max_retries=0)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": tiny.task}],
+                                           tools=tiny.tools)
+        assert refused.value.body["code"] == "context_length_exceeded"
+        assert f"context {short + 2}:" in refused.value.body["message"]
+        assert session.calls == 0
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+        assert session.calls == 1 and len(session.records[0].completion_ids) <= 2      # the room left, at most
+
+
 def test_unix_socket_listeners(tiny: TinyEcho, tmp_path: Any) -> None:
     first, second = tmp_path / "proxy.sock", tmp_path / "more" / "proxy.sock"
     second.parent.mkdir()
