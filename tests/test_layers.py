@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"contract"},
     "sandbox": {"contract", "core"},
     "harbor": {"contract", "core", "sandbox"},
+    "capture": set(),
     "play": {"contract", "client", "app", "transport", "sandbox"},
     "train": {"contract", "client", "app", "play"},
     "evaluate": {"contract", "client", "app", "play"},
