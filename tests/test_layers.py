@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "scale": {"contract", "core", "surfaces", "app", "transport"},
     "client": {"contract"},
     "sandbox": {"contract", "core"},
+    "agents": {"contract", "sandbox"},
     "play": {"contract", "client", "app", "transport", "sandbox"},
     "train": {"contract", "client", "app", "play"},
     "evaluate": {"contract", "client", "app", "play"},

@@ -2,7 +2,8 @@
 
 Isolation comes from bubblewrap: new user, pid, network, mount, ipc, uts and cgroup namespaces; no way to make
 further user namespaces; a read-only root with read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as
-tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); uid and gid 65534 inside. Run as root,
+tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); a channel folder, when given, read-only
+at `/run/envkit`; uid and gid 65534 inside. Run as root,
 each sandbox's processes also run as a host uid of their own, so no two sandboxes share a process count or may
 signal each other; cgroups bound memory and process count for the whole sandbox where they are writable.
 """
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 from typing import Callable
 
-from .base import UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
+from .base import CHANNEL, UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
 from .cgroups import Cgroup, Cgroups
 
 __all__ = ["LocalSandbox", "local_facilities"]
@@ -70,7 +71,7 @@ class Facilities:
         missing = "; missing: " + ", ".join(self.missing) if self.missing else ""
         return f"local sandboxes: {self.version} with {', '.join(held)}{missing}"
 
-    def bwrap_argv(self, limits: SandboxLimits) -> list[str]:
+    def bwrap_argv(self, limits: SandboxLimits, channel_dir: str | None = None) -> list[str]:
         disk = str(limits.disk_mb << 20)
         argv = [self.bwrap or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--as-pid-1", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
@@ -79,6 +80,8 @@ class Facilities:
                 argv += ["--symlink", os.readlink(folder), folder]
             elif os.path.exists(folder):
                 argv += ["--ro-bind", folder, folder]
+        if channel_dir is not None:
+            argv += ["--ro-bind", channel_dir, CHANNEL]
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", disk, "--tmpfs", "/tmp", "--size", disk,
                  "--tmpfs", WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR, "--clearenv", "--setenv", "PATH",
                  "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", WORKDIR, "--setenv", "LANG", "C.UTF-8", "--"]
@@ -106,8 +109,8 @@ class LocalSandbox(Sandbox):
 
     backend = "local"
 
-    def __init__(self, limits: SandboxLimits) -> None:
-        super().__init__(limits)
+    def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
+        super().__init__(limits, channel_dir)
         self._facilities = local_facilities()
         self._uid = UIDS.take() if self._facilities.root else None
         self._cgroup: Cgroup | None = None
@@ -119,7 +122,7 @@ class LocalSandbox(Sandbox):
                 raise
 
     def _argv(self, agent: list[str]) -> list[str]:
-        return self._facilities.bwrap_argv(self.limits) + agent
+        return self._facilities.bwrap_argv(self.limits, self.channel_dir) + agent
 
     def _before_exec(self) -> None:
         if self._cgroup is not None:
