@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from typing import Callable
 
@@ -88,6 +89,20 @@ class Facilities:
         return argv
 
 
+def _check_passable(folder: str) -> None:
+    """Refuse a channel folder below a folder other users may not pass through: bubblewrap runs as the sandbox's
+    own uid, and binds the folder by its path."""
+    above = os.path.dirname(folder)
+    while True:
+        if not os.stat(above).st_mode & stat.S_IXOTH:
+            raise ValueError(f"channel_dir {folder!r} is inside {above!r}, which other users may not pass through, "
+                             "and a local sandbox runs as a uid of its own: make the channel folder where anyone may "
+                             "pass, e.g. tempfile.mkdtemp() in /tmp")
+        if above == "/":
+            return
+        above = os.path.dirname(above)
+
+
 def _drop_to(uid: int) -> Callable[[], None]:
     def drop() -> None:
         os.setgroups([])
@@ -112,6 +127,8 @@ class LocalSandbox(Sandbox):
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         super().__init__(limits, channel_dir)
         self._facilities = local_facilities()
+        if channel_dir is not None and self._facilities.root:
+            _check_passable(channel_dir)
         self._uid = UIDS.take() if self._facilities.root else None
         self._cgroup: Cgroup | None = None
         if self._facilities.cgroups is not None:
