@@ -8,6 +8,7 @@ session); no model runs in these tests.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from sandbox_helpers import BACKENDS, require
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit.agents import AgentResult, reference_command, run_agent
+from envkit.app.targets import resolve_target
 from envkit.sandbox import Sandbox, SandboxError, SandboxLimits, close_pools, open_sandbox
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=30)
@@ -165,3 +167,45 @@ def test_a_missing_socket_inside_is_said_by_the_relay(backend: str, channel: str
 def test_agent_results_are_plain_data() -> None:
     result = AgentResult(exit_code=0, timed_out=False, stdout="x", stderr="", duration_s=1.0)
     assert result.ok and json.dumps(result.__dict__)
+
+
+def test_the_reference_agent_solves_a_coding_task_and_the_env_grades_it(backend: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled coding env, as training drives it: sandbox with a channel, instruction, agent, reward."""
+    monkeypatch.setenv("ENVKIT_SANDBOX", backend)
+    env = resolve_target("coding").env_class()
+    try:
+        env.reset(task_id="train/rotate_left_2")
+        sandbox = env.agent_sandbox()
+        instruction = env.agent_instruction()
+        assert "solution.py" in instruction and "def " in instruction
+        assert sandbox.read_file("solution.py").decode() in instruction
+        solution = sandbox.read_file("solution.py").decode()
+        body = f"{solution.rstrip()}\n    return items[2:] + items[:2]\n"
+        with ScriptedModel(f"{sandbox.channel_dir}/proxy.sock", KEY,
+                           [tool_reply(f"cat > solution.py <<'END'\n{body}END"), text_reply("Done.")]) as model:
+            result = run_agent(sandbox, reference_command(instruction), api_key=KEY, timeout_s=60)
+        assert result.ok, result
+        assert model.requests[0]["messages"][1]["content"] == instruction
+        assert env.finish_episode() == 1.0, sandbox.read_file("solution.py")
+        assert env.finish_episode() == 1.0 and env.state.done
+        channel = sandbox.channel_dir
+    finally:
+        env.close()
+    assert not os.path.exists(channel)
+
+
+def test_the_coding_env_refuses_an_agent_sandbox_after_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    require("local")
+    monkeypatch.setenv("ENVKIT_SANDBOX", "local")
+    env = resolve_target("coding").env_class()
+    try:
+        env.reset(task_id="train/rotate_left_2")
+        env.run_command("ls")
+        with pytest.raises(ValueError, match="opened by a tool call.*right after reset"):
+            env.agent_sandbox()
+        env.reset(task_id="train/rotate_left_2")
+        assert env.agent_sandbox() is env.agent_sandbox()
+        assert env.finish_episode() == 0.0
+    finally:
+        env.close()
