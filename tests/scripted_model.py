@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 
-def tool_reply(*commands: str) -> dict[str, Any]:
-    """An assistant message calling the `shell` tool once per command, in OpenAI's format."""
+def tool_reply(*commands: str, tool: str = "shell") -> dict[str, Any]:
+    """An assistant message calling `tool` (the reference agent's `shell`) once per command, in OpenAI's format."""
     calls = [{"id": f"call_{index}_{abs(hash(command)) % 10_000}", "type": "function",
-              "function": {"name": "shell", "arguments": json.dumps({"command": command})}}
+              "function": {"name": tool, "arguments": json.dumps({"command": command})}}
              for index, command in enumerate(commands)]
     return {"role": "assistant", "content": None, "tool_calls": calls}
 
