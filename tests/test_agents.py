@@ -145,7 +145,9 @@ def test_bad_calls_are_refused_in_one_line(backend: str, channel: str) -> None:
         with scripted(channel):
             for arguments, said in (({"api_key": KEY, "session": Session(KEY)}, "the model server's session or"),
                                     ({}, "the model server's session or"), ({"api_key": ""}, "non-empty string"),
-                                    ({"api_key": KEY, "command": " "}, "non-empty shell command line")):
+                                    ({"api_key": KEY, "command": " "}, "non-empty shell command line"),
+                                    ({"api_key": KEY, "env": {"N": 1}}, "env holds names and values that are"),
+                                    ({"api_key": KEY, "env": {"A=B": "x"}}, "a name without '='")):
                 with pytest.raises(ValueError, match=said) as raised:
                     run_agent(sandbox, arguments.pop("command", "true"), timeout_s=5, **arguments)
                 assert "\n" not in str(raised.value)

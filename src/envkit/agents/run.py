@@ -97,6 +97,11 @@ def run_agent(sandbox: Sandbox, command: str, *, session: HasApiKey | None = Non
         raise ValueError(f"the api key must be a non-empty string; got {key!r}")
     if not isinstance(command, str) or not command.strip():
         raise ValueError(f"the agent's command must be a non-empty shell command line; got {command!r}")
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name or not isinstance(value, str) \
+                or "\0" in value:
+            raise ValueError(f"env holds names and values that are strings (a name without '='); got {name!r}: "
+                             f"{value!r}")
     if sandbox.channel_dir is None:
         raise ValueError("the sandbox has no channel folder: open it with open_sandbox(channel_dir=...)")
     path = socket_path or os.path.join(sandbox.channel_dir, SOCKET_NAME)
