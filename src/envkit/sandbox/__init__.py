@@ -60,7 +60,7 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
     return pool_for(("docker", limits, image), lambda: DockerSandbox(limits, image)).take()
 
 
-def _channel(channel_dir: str) -> str:
+def _channel(channel_dir: str | os.PathLike[str]) -> str:
     """The channel folder's real path, checked: an existing folder whose path a bind mount can carry."""
     if not isinstance(channel_dir, (str, os.PathLike)):
         raise ValueError(f"channel_dir must be a folder's path; got {type(channel_dir).__name__}")

@@ -2,9 +2,9 @@
 
 The container has no network, a read-only root, `/work` and `/tmp` as tmpfs of `disk_mb`, all capabilities
 dropped, no new privileges, a host uid of its own, and memory, CPU and process limits; a channel folder, when given,
-is bound read-only at `/run/envkit`. It is removed when its
-agent exits: when the session closes its stdin, or when the server dies (the pipe closes; `--rm`). Containers carry
-the label `envkit.sandbox=<server pid>`; those of a server that died are removed when the next one starts.
+is bound read-only at `/run/envkit`. It is removed when its agent exits: when the session closes its stdin, or when
+the server dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<server pid>`; those of a
+server that died are removed when the next one starts.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Isolation comes from bubblewrap: new user, pid, network, mount, ipc, uts and cgroup namespaces; no way to make
 further user namespaces; a read-only root with read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as
 tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); a channel folder, when given, read-only
-at `/run/envkit`; uid and gid 65534 inside. Run as root,
-each sandbox's processes also run as a host uid of their own, so no two sandboxes share a process count or may
-signal each other; cgroups bound memory and process count for the whole sandbox where they are writable.
+at `/run/envkit`; uid and gid 65534 inside. Run as root, each sandbox's processes also run as a host uid of their
+own, so no two sandboxes share a process count or may signal each other; cgroups bound memory and process count for
+the whole sandbox where they are writable.
 """
 
 from __future__ import annotations
