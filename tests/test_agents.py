@@ -208,6 +208,14 @@ def test_the_coding_env_refuses_an_agent_sandbox_after_tool_calls(monkeypatch: p
             env.agent_sandbox()
         env.reset(task_id="train/rotate_left_2")
         assert env.agent_sandbox() is env.agent_sandbox()
+        with pytest.raises(ValueError, match="already has the channel folder .*reset\\(\\) first"):
+            env.agent_sandbox(channel_dir=tempfile.gettempdir())
         assert env.finish_episode() == 0.0
+        with tempfile.TemporaryDirectory() as folder:          # the caller's folder: it stays theirs
+            env.reset(task_id="train/rotate_left_2")
+            assert env.agent_sandbox(channel_dir=folder).channel_dir == os.path.realpath(folder)
+            assert env.agent_sandbox() is env.agent_sandbox(channel_dir=folder)
+            env.close()
+            assert os.path.isdir(folder)
     finally:
         env.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -137,14 +138,24 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
     # -- loop-owning agents
 
-    def agent_sandbox(self) -> Sandbox:
+    def agent_sandbox(self, channel_dir: str | None = None) -> Sandbox:
         """The episode's sandbox for a loop-owning agent, opened now (with `AGENT_LIMITS`) if it is not yet: its
         work folder holds solution.py, and its `channel_dir` is the host folder where the agent's model server
-        listens (`<channel_dir>/proxy.sock`). The session's tool calls run in the same sandbox."""
+        listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a folder of the
+        session's own, removed with the sandbox. The session's tool calls run in the same sandbox."""
         if self._sandbox is not None and self._sandbox.channel_dir is None:
             raise ValueError("this episode's sandbox was opened by a tool call, without a channel for an agent: "
                              "call agent_sandbox() right after reset()")
-        return self._open_sandbox(for_agent=True)
+        if self._sandbox is not None and channel_dir is not None \
+                and self._sandbox.channel_dir != os.path.realpath(channel_dir):
+            raise ValueError(f"this episode's sandbox already has the channel folder {self._sandbox.channel_dir}; "
+                             "call agent_sandbox() again without channel_dir, or reset() first")
+        if self._sandbox is None:
+            if channel_dir is None:
+                self._channel = self._channel or tempfile.mkdtemp(prefix="envkit-channel-")
+            self._start_sandbox(AGENT_LIMITS, channel_dir or self._channel)
+        assert self._sandbox is not None
+        return self._sandbox
 
     def agent_instruction(self) -> str:
         """The task as a loop-owning agent reads it: what to do, then the function's signature and docstring."""
@@ -246,17 +257,16 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         return CodingObservation(task_id=problem_.task_id, output="\n".join(lines), tests_passed=verdict.passed,
                                  tests_total=verdict.total, calls_left=0, reward=verdict.share, done=True)
 
-    def _open_sandbox(self, for_agent: bool = False) -> Sandbox:
+    def _open_sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            prompt = self._require_problem().prompt
-            if for_agent:
-                self._channel = self._channel or tempfile.mkdtemp(prefix="envkit-channel-")
-                sandbox = open_sandbox(limits=AGENT_LIMITS, channel_dir=self._channel)
-            else:
-                sandbox = open_sandbox(limits=LIMITS)
-            sandbox.write_file(SOLUTION, prompt)
-            self._sandbox = sandbox
+            self._start_sandbox(LIMITS, None)
+        assert self._sandbox is not None
         return self._sandbox
+
+    def _start_sandbox(self, limits: SandboxLimits, channel_dir: str | None) -> None:
+        sandbox = open_sandbox(limits=limits, channel_dir=channel_dir)
+        sandbox.write_file(SOLUTION, self._require_problem().prompt)
+        self._sandbox = sandbox
 
     def _close_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
