@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sandbox_helpers import BACKENDS, require
+from sandbox_helpers import BACKENDS, leftovers, require
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit.agents import AgentResult, reference_command, run_agent
@@ -126,6 +127,7 @@ def test_an_unmodified_client_sees_only_the_openai_variables(backend: str, chann
 def test_the_relay_ends_with_the_agent_and_at_its_timeout(backend: str, channel: str) -> None:
     listing = ("python3 -c \"import os; print(sum('/tmp/envkit/forward.py' in open(f'/proc/{p}/cmdline').read()"
                ".split(chr(0)) for p in os.listdir('/proc') if p.isdigit()), 'relays')\"")
+    before = leftovers()
     with scripted(channel) as model, box(backend, channel) as sandbox:
         during = run_agent(sandbox, listing, api_key=KEY, timeout_s=60)
         after = sandbox.run(listing)
@@ -136,6 +138,10 @@ def test_the_relay_ends_with_the_agent_and_at_its_timeout(backend: str, channel:
     assert (slow.timed_out, slow.exit_code, slow.ok) == (True, None, False) and slow.duration_s < 10
     assert again.ok and again.stdout == "port free again\n", again
     assert model.requests == []
+    deadline = time.monotonic() + 15
+    while leftovers() != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers() == before
 
 
 def test_bad_calls_are_refused_in_one_line(backend: str, channel: str) -> None:
