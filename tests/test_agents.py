@@ -97,6 +97,19 @@ def test_the_reference_agent_stops_at_its_turn_limit_and_at_a_spent_budget(backe
     assert len(model.requests) == 4
 
 
+def test_malformed_calls_are_answered_and_the_loop_goes_on(backend: str, channel: str) -> None:
+    """A call of another tool, arguments that are not JSON or have no command: the model reads why, and goes on."""
+    bad_json = {"role": "assistant", "tool_calls": [{"id": "call_bad", "type": "function",
+                                                     "function": {"name": "shell", "arguments": "{not json"}}]}
+    replies = [tool_reply("ls", tool="python"), bad_json, text_reply("<tool_call>{\"name\": \"shell\"}</tool_call>"),
+               text_reply("Stopping.")]
+    with scripted(channel, *replies) as model, box(backend, channel) as sandbox:
+        result = run_agent(sandbox, reference_command("Try things."), api_key=KEY, timeout_s=60)
+    assert result.ok and "done after 4 turns" in result.stdout, result
+    answers = [message["content"] for message in model.requests[-1]["messages"][3::2]]
+    assert len(answers) == 3 and all(answer.startswith("refused: call the shell tool") for answer in answers), answers
+
+
 def test_a_wrong_key_reaches_nothing(backend: str, channel: str) -> None:
     with scripted(channel, text_reply("hi")) as model, box(backend, channel) as sandbox:
         result = run_agent(sandbox, reference_command("Hello."), api_key="sk-someone-else", timeout_s=60)

@@ -46,12 +46,18 @@ def chat(messages, model):
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"})
     try:
         with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as response:
-            answer = json.loads(response.read())
+            answer = response.read()
     except urllib.error.HTTPError as error:
         raise ServerRefused(f"HTTP {error.code}: {error.read(500).decode(errors='replace').strip()}") from None
     except (urllib.error.URLError, OSError) as error:
         raise ServerRefused(f"cannot reach {os.environ['OPENAI_BASE_URL']}: {error}") from None
-    return answer["choices"][0]["message"]
+    try:
+        message = json.loads(answer)["choices"][0]["message"]
+        if not isinstance(message, dict):
+            raise TypeError
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ServerRefused(f"the answer is not a chat completion: {answer[:200]!r}") from None
+    return message
 
 
 def shell(command, timeout_s):
@@ -99,7 +105,8 @@ def text_calls(content):
 
 def turn(messages, reply, timeout_s):
     """Append the model's reply and the answers to its calls; False when it made none (the agent is done)."""
-    messages.append({key: reply[key] for key in ("role", "content", "tool_calls") if reply.get(key) is not None})
+    messages.append({"role": "assistant", **{key: reply[key] for key in ("content", "tool_calls")
+                                             if reply.get(key) is not None}})
     if reply.get("tool_calls"):
         for call in reply["tool_calls"]:
             output = answer_call(call["function"]["name"], call["function"].get("arguments"), timeout_s)
