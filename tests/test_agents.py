@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sandbox_helpers import BACKENDS, leftovers, require
+from sandbox_helpers import BACKENDS, back_to, leftovers, require
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit.agents import AgentResult, reference_command, run_agent
@@ -151,10 +150,7 @@ def test_the_relay_ends_with_the_agent_and_at_its_timeout(backend: str, channel:
     assert (slow.timed_out, slow.exit_code, slow.ok) == (True, None, False) and slow.duration_s < 10
     assert again.ok and again.stdout == "port free again\n", again
     assert model.requests == []
-    deadline = time.monotonic() + 15
-    while leftovers() != before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers() == before
+    assert back_to(before), (before, leftovers())
 
 
 def test_bad_calls_are_refused_in_one_line(backend: str, channel: str) -> None:

@@ -11,13 +11,12 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import BACKENDS, leftovers, require
+from sandbox_helpers import BACKENDS, back_to, leftovers, require
 from scripted_model import ScriptedModel, text_reply
 
 from envkit.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPathError, close_pools, open_sandbox
@@ -205,10 +204,7 @@ def test_nothing_is_left_after_channel_sandboxes_close(backend: str, monkeypatch
             assert leftovers()["processes"] > before["processes"]
             for box in boxes:
                 box.close()
-        deadline = time.monotonic() + 15
-        while leftovers() != before and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert leftovers() == before
+        assert back_to(before), (before, leftovers())
         assert os.listdir(folder) == []
 
 
