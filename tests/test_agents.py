@@ -162,7 +162,9 @@ def test_bad_calls_are_refused_in_one_line(backend: str, channel: str) -> None:
                                     ({}, "the model server's session or"), ({"api_key": ""}, "non-empty string"),
                                     ({"api_key": KEY, "command": " "}, "non-empty shell command line"),
                                     ({"api_key": KEY, "env": {"N": 1}}, "env holds names and values that are"),
-                                    ({"api_key": KEY, "env": {"A=B": "x"}}, "a name without '='")):
+                                    ({"api_key": KEY, "env": {"A=B": "x"}}, "a name without '='"),
+                                    ({"api_key": KEY, "command": "echo " + "x" * 140_000}, "the command line is"),
+                                    ({"api_key": KEY, "env": {"T": "é" * 70_000}}, "env is .* put long text")):
                 with pytest.raises(ValueError, match=said) as raised:
                     run_agent(sandbox, arguments.pop("command", "true"), timeout_s=5, **arguments)
                 assert "\n" not in str(raised.value)

@@ -30,6 +30,8 @@ SOCKET_NAME = "proxy.sock"
 INSIDE = "/tmp/envkit"
 #: Characters of the agent's output kept in `AgentResult` (the end of longer output).
 TAIL_CHARS = 8000
+#: Bytes of the command line, and of the variables, the sandbox's kernel takes as one argument (MAX_ARG_STRLEN).
+MAX_ARGUMENT_BYTES = 131_071
 #: The files `install` writes: the relay and the reference agent.
 SHIPPED = ("forward.py", "reference.py")
 
@@ -97,21 +99,30 @@ def run_agent(sandbox: Sandbox, command: str, *, session: HasApiKey | None = Non
         raise ValueError(f"the api key must be a non-empty string; got {key!r}")
     if not isinstance(command, str) or not command.strip():
         raise ValueError(f"the agent's command must be a non-empty shell command line; got {command!r}")
-    for name, value in (env or {}).items():
-        if not isinstance(name, str) or not name or "=" in name or "\0" in name or not isinstance(value, str) \
-                or "\0" in value:
-            raise ValueError(f"env holds names and values that are strings (a name without '='); got {name!r}: "
-                             f"{value!r}")
     if sandbox.channel_dir is None:
         raise ValueError("the sandbox has no channel folder: open it with open_sandbox(channel_dir=...)")
+    encoded = _variables(env or {}, key, port)
+    for what, text in (("the command line", command), ("env", encoded)):
+        if len(text.encode()) > MAX_ARGUMENT_BYTES:
+            raise ValueError(f"{what} is {len(text.encode())} bytes, more than one argument may hold "
+                             f"({MAX_ARGUMENT_BYTES}): put long text in a file in the sandbox and pass its path")
     path = socket_path or os.path.join(sandbox.channel_dir, SOCKET_NAME)
     sandbox.admit(path)
     install(sandbox)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    variables = {**(env or {}), "OPENAI_BASE_URL": base_url, "OPENAI_API_BASE": base_url, "OPENAI_API_KEY": key}
-    argv = ["python3", "-I", "-S", f"{INSIDE}/forward.py", str(port), f"{CHANNEL}/{os.path.basename(path)}",
-            json.dumps(variables), "--", "/bin/sh", "-c", command]
+    argv = ["python3", "-I", "-S", f"{INSIDE}/forward.py", str(port), f"{CHANNEL}/{os.path.basename(path)}", encoded,
+            "--", "/bin/sh", "-c", command]
     started = time.monotonic()
     done = sandbox.run(argv, timeout_s=timeout_s)
     return AgentResult(exit_code=done.exit_code, timed_out=done.timed_out, stdout=done.stdout[-TAIL_CHARS:],
                        stderr=done.stderr[-TAIL_CHARS:], duration_s=time.monotonic() - started)
+
+
+def _variables(env: Mapping[str, str], key: str, port: int) -> str:
+    """The agent's environment variables as JSON: `env`, checked, and the model server's address and key."""
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name or not isinstance(value, str) \
+                or "\0" in value:
+            raise ValueError(f"env holds names and values that are strings (a name without '='); got {name!r}: "
+                             f"{value!r}")
+    base_url = f"http://127.0.0.1:{port}/v1"
+    return json.dumps({**env, "OPENAI_BASE_URL": base_url, "OPENAI_API_BASE": base_url, "OPENAI_API_KEY": key})
