@@ -8,6 +8,7 @@
 
 Backends: "local" (bubblewrap), "docker" (a container per session), "auto" (local if bubblewrap works here, else
 docker, else `SandboxUnavailableError` naming what to install); `ENVKIT_SANDBOX=local|docker` chooses for "auto".
+`channel_dir=` binds a host folder read-only at /run/envkit, for the host's unix sockets: a sandbox's one way out.
 See docs/environments.md#sandboxes.
 """
 
