@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "sandbox": {"contract", "core"},
     "harbor": {"contract", "core", "sandbox"},
     "capture": set(),
+    "agents": {"contract", "sandbox"},
     "play": {"contract", "client", "app", "transport", "sandbox"},
     "train": {"contract", "client", "app", "play"},
     "evaluate": {"contract", "client", "app", "play"},

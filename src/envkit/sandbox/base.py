@@ -12,6 +12,7 @@ import io
 import json
 import os
 import select
+import stat
 import subprocess
 import tarfile
 import threading
@@ -31,6 +32,8 @@ T = TypeVar("T")
 
 #: The work folder as commands see it.
 WORKDIR = "/work"
+#: Where a sandbox opened with a channel folder sees it (read-only): the one way out of a sandbox with no network.
+CHANNEL = "/run/envkit"
 #: Seconds the host waits past a command's own timeout before it gives up on the agent and ends the sandbox.
 GRACE_S = 5.0
 #: Seconds a new sandbox may take to say it is ready.
@@ -157,6 +160,17 @@ def _spawner() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="envkit-sandbox-spawn")
 
 
+def share(path: str, uid: int | None, other_bits: int) -> None:
+    """Make `path` reachable by a sandbox whose processes run as host `uid` (None: as this process): owned by that
+    uid when this process may give it away (root), else `other_bits` added for everyone. Never follows a symlink."""
+    if uid is None or uid == os.geteuid():
+        return
+    if os.geteuid() == 0:
+        os.chown(path, uid, -1, follow_symlinks=False)
+    else:
+        os.chmod(path, os.lstat(path).st_mode & 0o7777 | other_bits)
+
+
 def relative_path(path: str) -> str:
     """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the agent
     then refuses symlinks that lead out)."""
@@ -181,8 +195,11 @@ class Sandbox:
     #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
     confined: ClassVar[bool] = True
 
-    def __init__(self, limits: SandboxLimits) -> None:
+    def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         self.limits = limits
+        #: The host folder the sandbox sees at `CHANNEL`, or None.
+        self.channel_dir = channel_dir
+        self._uid: int | None = None
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()
@@ -201,6 +218,26 @@ class Sandbox:
     def _cleanup(self) -> None:
         """Remove what the sandbox left on the host once its process has ended; default nothing."""
 
+    @property
+    def host_uid(self) -> int | None:
+        """The host uid the sandbox's processes run as, when it has one of its own (None: this process's)."""
+        return self._uid
+
+    def admit(self, path: str) -> None:
+        """Let this sandbox's processes connect to the unix socket at `path`, in its channel folder (a socket the
+        host made there after the sandbox opened, such as a proxy's; it keeps its other permissions)."""
+        if self.channel_dir is None:
+            raise SandboxError("this sandbox has no channel folder: open it with open_sandbox(channel_dir=...)")
+        if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(self.channel_dir):
+            raise SandboxPathError(f"{path!r} is not directly in the sandbox's channel folder {self.channel_dir}")
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            raise SandboxError(f"no socket at {path}: start the server that listens there first") from None
+        if not stat.S_ISSOCK(found.st_mode):
+            raise SandboxError(f"{path} is not a unix socket")
+        share(path, self.host_uid, stat.S_IWOTH)
+
     # -- life
 
     def start(self) -> Sandbox:
@@ -208,6 +245,8 @@ class Sandbox:
         options = {"workdir": self.workdir, "confined": self.confined}
         argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
         try:
+            if self.channel_dir is not None:
+                share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=self._before_exec).result()
