@@ -14,8 +14,10 @@ from typing import Iterator
 
 import pytest
 from harbor_helpers import CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_containers
+from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit import CapacityError, EnvClient, SessionLostError
+from envkit.agents import reference_command, run_agent
 from envkit.app.targets import app_from_environment
 from envkit.harbor import HarborTaskError, ImageBuildError, find_tasks, harbor_environment, load_task
 from envkit.harbor.images import task_image
@@ -224,3 +226,29 @@ def _settled(server_pid: int, *, want: int = 0, timeout_s: float = 15.0) -> list
     while len(found := task_containers(server_pid)) != want and time.monotonic() < deadline:
         time.sleep(0.2)
     return found
+
+
+def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm_pool: None) -> None:
+    """As training drives a Harbor task: a container with a channel, the instruction, the agent, the task's tests.
+    The model is scripted (tests/scripted_model.py) on the channel's socket: no model runs here."""
+    env = harbor_environment(tasks)()
+    try:
+        env.reset(task_id="hello")
+        box = env.agent_sandbox()
+        assert box.channel_dir is not None and env.agent_sandbox() is box
+        instruction = env.agent_instruction()
+        assert instruction == "Write hello to /app/hello.txt.\n"
+        replies = [tool_reply("echo hello > hello.txt && cat /app/hello.txt"), text_reply("Done.")]
+        with ScriptedModel(f"{box.channel_dir}/proxy.sock", "key-1", replies) as model:
+            result = run_agent(box, reference_command(instruction), api_key="key-1", timeout_s=60)
+        assert result.ok, result
+        assert model.requests[1]["messages"][-1]["content"].startswith("hello")
+        assert env.finish_episode() == 1.0 and env.finish_episode() == 1.0
+        channel = box.channel_dir
+        env.reset(task_id="hello")
+        env.run_command("ls")
+        with pytest.raises(ValueError, match="right after reset"):
+            env.agent_sandbox()
+    finally:
+        env.close()
+    assert not os.path.exists(channel) and _settled(_this_pid()) == []

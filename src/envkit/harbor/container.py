@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..sandbox.base import OVERHEAD_MB, SandboxLimits
+from ..sandbox.base import CHANNEL, OVERHEAD_MB, SandboxLimits
 from ..sandbox.docker import LABEL, DockerSandbox
 from ..sandbox.pool import pool_for
 from .images import task_image
@@ -38,10 +38,15 @@ class TaskContainer(DockerSandbox):
 
     confined = False
 
-    def __init__(self, task: HarborTask, image: str, workdir: str) -> None:
-        super().__init__(task_limits(task), image)
+    def __init__(self, task: HarborTask, image: str, workdir: str, channel_dir: str | None = None) -> None:
+        super().__init__(task_limits(task), image, channel_dir)
         self.task = task
         self.workdir = workdir
+
+    @property
+    def host_uid(self) -> int | None:
+        """None: its processes run as the image's user (root for most tasks), not as a host uid of their own."""
+        return None
 
     def _argv(self, agent: list[str]) -> list[str]:
         task, limits = self.task, self.limits
@@ -54,14 +59,21 @@ class TaskContainer(DockerSandbox):
                 "--memory-swap", f"{memory}m", "--cpus", f"{task.cpus:g}", "--pids-limit", str(limits.processes + 2),
                 "--log-driver", "none", "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={limits.disk_mb}m,mode=1777",
                 "--workdir", self.workdir, "--env", "LANG=C.UTF-8"]
+        if self.channel_dir is not None:
+            argv += ["--mount", f"type=bind,source={self.channel_dir},target={CHANNEL},readonly"]
         for name, value in task.environment_env.items():
             argv += ["--env", f"{name}={value}"]
         return [*argv, self.image, *agent]
 
 
-def open_task_container(task: HarborTask) -> TaskContainer:
-    """A started container of `task` (its image built first if need be), from the task's warm pool."""
+def open_task_container(task: HarborTask, channel_dir: str | None = None) -> TaskContainer:
+    """A started container of `task` (its image built first if need be), from the task's warm pool; one with a
+    channel folder (`/run/envkit`, for a loop-owning agent's model server) is started for it."""
     image, workdir = task_image(task)
+    if channel_dir is not None:
+        container = TaskContainer(task, image, workdir, channel_dir)
+        container.start().wait_ready()
+        return container
     key = ("harbor", task.path, image, workdir)
     sandbox = pool_for(key, lambda: TaskContainer(task, image, workdir)).take()
     assert isinstance(sandbox, TaskContainer)

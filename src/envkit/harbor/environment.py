@@ -8,9 +8,12 @@ the task's tests and ends the episode with their reward.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shlex
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -87,6 +90,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def __init__(self) -> None:
         self._box: TaskContainer | None = None
+        self._channel: str | None = None
         self._task: HarborTask | None = None
         self._episode_id: str | None = None
         self._calls = self._commands = self._timeouts = 0
@@ -166,11 +170,28 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     # -- what a loop-owning agent uses
 
-    def agent_sandbox(self) -> TaskContainer:
-        """The session's container (after reset), where an agent program runs."""
-        self._require_task()
-        assert self._box is not None
-        return self._box
+    def agent_sandbox(self, channel_dir: str | None = None) -> TaskContainer:
+        """The episode's container for a loop-owning agent, with a channel folder at /run/envkit where the agent's
+        model server listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a
+        folder of the session's own, removed with the container. Called right after reset (the container reset
+        took has no channel and is replaced by a fresh one); the session's tool calls run in the same container."""
+        task = self._require_task()
+        box = self._box
+        if box is not None and box.channel_dir is not None:
+            if channel_dir is not None and box.channel_dir != os.path.realpath(channel_dir):
+                raise ValueError(f"this episode's container already has the channel folder {box.channel_dir}; "
+                                 "call agent_sandbox() again without channel_dir, or reset() first")
+            return box
+        if self._calls:
+            raise ValueError("this episode's container has run tool calls, without a channel for an agent: "
+                             "call agent_sandbox() right after reset()")
+        if channel_dir is None:
+            self._channel = tempfile.mkdtemp(prefix="envkit-channel-")
+        fresh = open_task_container(task, channel_dir or self._channel)
+        if box is not None:
+            box.close()
+        self._box = fresh
+        return fresh
 
     def agent_instruction(self) -> str:
         """The task's instruction, as an agent program is given it."""
@@ -222,7 +243,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     # -- moves
 
     def _move(self, action: HarborAction, left: float) -> tuple[str, int | None]:
-        box = self.agent_sandbox()
+        box = self._container()
         if action.kind == "run_command":
             if not action.command.strip():
                 return "refused: the command is empty; give a shell command line, e.g. \"ls\"", None
@@ -242,7 +263,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _verified(self, heading: str) -> HarborObservation:
         task = self._require_task()
-        verdict = verify(self.agent_sandbox(), task)
+        verdict = verify(self._container(), task)
         self._verdict = verdict
         self._timeouts += verdict.timed_out
         parts = [f"{heading} The tests ran: reward {verdict.reward:g}."]
@@ -253,10 +274,18 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         return HarborObservation(task_id=task.name, output="\n".join(parts), reward=verdict.reward, done=True,
                                  reward_components=dict(verdict.components))
 
+    def _container(self) -> TaskContainer:
+        self._require_task()
+        assert self._box is not None
+        return self._box
+
     def _close_box(self) -> None:
         box, self._box = self._box, None
+        channel, self._channel = self._channel, None
         if box is not None:
             box.close()
+        if channel is not None:
+            shutil.rmtree(channel, ignore_errors=True)
 
     def _require_task(self) -> HarborTask:
         if self._task is None:
