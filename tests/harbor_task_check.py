@@ -4,7 +4,8 @@
 
 For each task: build `environment/`, start a container (`--network none`, `sleep infinity`), copy `solution/` to
 /solution and run `/solution/solve.sh` as harbor's oracle does (chmod +x, output to /logs/agent/oracle.txt, cwd
-the image's WORKDIR), copy `tests/` to /tests and run `/tests/test.sh` as its verifier does, then read the reward
+the image's WORKDIR, task.toml's [solution.env]), copy `tests/` to /tests and run `/tests/test.sh` as its verifier
+does (same cwd, [verifier.env]), then read the reward
 (reward.json before reward.txt, reward.txt as {"reward": value}). Then once more in a fresh container with no
 solve.sh. Prints one JSON line per task: {"task", "oracle", "nothing"}; exits 1 unless every oracle reward is 1
 and every do-nothing reward is 0. Containers are removed, images kept (tag envkit-harbor-check/NAME).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 TEST_CMD = "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
@@ -32,6 +34,12 @@ def task_dirs(root: Path, names: list[str]) -> list[Path]:
     return [p for p in found if not names or p.name in names]
 
 
+def env_options(task: Path, table: str) -> list[str]:
+    """`-e NAME=VALUE` for each variable of task.toml's [TABLE.env] (literal values only: no ${VAR} templates)."""
+    variables = tomllib.loads((task / "task.toml").read_text()).get(table, {}).get("env", {})
+    return [option for name, value in variables.items() for option in ("-e", f"{name}={value}")]
+
+
 def reward_of(container: str) -> dict[str, float] | None:
     for name in ("reward.json", "reward.txt"):
         result = docker("exec", container, "cat", f"/logs/verifier/{name}", check=False)
@@ -47,10 +55,11 @@ def run_once(task: Path, image: str, *, solve: bool) -> dict[str, float] | None:
         if solve:
             docker("cp", f"{task / 'solution'}/.", f"{container}:/solution")
             docker("exec", "-u", "root", container, "chmod", "+x", "/solution/solve.sh")
-            docker("exec", "-e", "DEBIAN_FRONTEND=noninteractive", container, "bash", "-c", SOLVE_CMD, check=False)
+            docker("exec", "-e", "DEBIAN_FRONTEND=noninteractive", *env_options(task, "solution"), container,
+                   "bash", "-c", SOLVE_CMD, check=False)
         docker("cp", f"{task / 'tests'}/.", f"{container}:/tests")
         docker("exec", "-u", "root", container, "chmod", "+x", "/tests/test.sh")
-        docker("exec", container, "bash", "-c", TEST_CMD, check=False)
+        docker("exec", *env_options(task, "verifier"), container, "bash", "-c", TEST_CMD, check=False)
         return reward_of(container)
     finally:
         docker("rm", "-f", container, check=False)

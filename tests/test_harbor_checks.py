@@ -130,7 +130,7 @@ def test_a_task_made_by_harbor_init_loads_in_envkit(harbor_python: str, tmp_path
     harbor = pytest.importorskip("envkit.harbor", reason="envkit.harbor is not in this tree yet")
     task = harbor.load_task(shared)
     assert task.instruction == "Write hello to /app/hello.txt.\n"
-    assert task.network == "public"   # harbor init writes network_mode = "public"
+    assert task.network is True   # harbor init writes network_mode = "public"
     assert harbor.load_task(separate).path == separate
     assert {found.path for found in harbor.find_tasks(tmp_path)["test"]} == {separate, shared}
 
