@@ -152,12 +152,12 @@ def test_each_key_reaches_its_own_session_only(proxy: CaptureProxy, tiny: TinyEc
     client_for(proxy, first).chat.completions.create(model="tiny", messages=[{"role": "user", "content": tiny.task}])
     assert (first.calls, second.calls) == (1, 0)
     with httpx.Client(base_url=proxy.url, trust_env=False) as http:
-        own = http.get("/envkit/trace", headers={"Authorization": f"Bearer {second.api_key}"}).json()
+        own = http.get("/capture/trace", headers={"Authorization": f"Bearer {second.api_key}"}).json()
         assert own["turns"] == []                               # B's key reads B's record: none of A's calls
-        mine = http.get("/envkit/trace", headers={"Authorization": f"Bearer {first.api_key}"}).json()
+        mine = http.get("/capture/trace", headers={"Authorization": f"Bearer {first.api_key}"}).json()
         assert [turn["node_id"] for turn in mine["turns"]] == [first.records[0].node_id]
         for headers in ({}, {"Authorization": "Bearer not-a-key"}, {"Authorization": first.api_key}):
-            for method, path in (("GET", "/models"), ("GET", "/envkit/trace"), ("POST", "/chat/completions")):
+            for method, path in (("GET", "/models"), ("GET", "/capture/trace"), ("POST", "/chat/completions")):
                 refused = http.request(method, path, headers=headers, json={"messages": [{"role": "user",
                                                                                            "content": "hi"}]})
                 assert refused.status_code == 401, (method, path, headers)

@@ -45,7 +45,7 @@ class CaptureProxy:
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._servers: dict[str, tuple[Any, asyncio.Future[None], Path | None]] = {}
+        self._servers: dict[str, tuple[Any, Any, Path | None]] = {}
 
     def start(self) -> CaptureProxy:
         if self._loop is not None:
@@ -96,7 +96,7 @@ class CaptureProxy:
                                 timeout_keep_alive=30)
         server = uvicorn.Server(config)
         done = asyncio.run_coroutine_threadsafe(server.serve(sockets=[listening]), self._loop)
-        self._servers[name] = (server, done, path)  # type: ignore[assignment]
+        self._servers[name] = (server, done, path)
         waited = 0.0
         while not server.started:
             if done.done():

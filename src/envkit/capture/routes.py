@@ -1,5 +1,5 @@
 """The proxy's HTTP routes: OpenAI's `POST /v1/chat/completions` (JSON or SSE) and `GET /v1/models`, and
-`GET /v1/envkit/trace` (the caller's own session as a `TrainingTrace`).
+`GET /v1/capture/trace` (the caller's own session as a `TrainingTrace`).
 
 Every route needs a session's key (`Authorization: Bearer KEY`); a missing, unknown or closed key is answered
 401. Errors come in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, one line each; a call over
@@ -53,7 +53,7 @@ class CaptureRoutes:
         self._lock = threading.Lock()
         self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                                      Route("/v1/models", self.models, methods=["GET"]),
-                                     Route("/v1/envkit/trace", self.own_trace, methods=["GET"])])
+                                     Route("/v1/capture/trace", self.own_trace, methods=["GET"])])
 
     def add(self, session: CaptureSession) -> None:
         with self._lock:
