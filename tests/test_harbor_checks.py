@@ -172,7 +172,20 @@ def harbor_rewards(harbor_python: str, compose_plugin: Path, docker_engine: Any,
                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, float]]]:
     """{"oracle": {task: rewards}, "nop": {...}} from real `harbor run`s (about 2 minutes each on 2 cores)."""
     jobs = tmp_path_factory.mktemp("harbor-jobs")
-    return {agent: harbor_run(harbor_python, compose_plugin, agent, jobs) for agent in ("oracle", "nop")}
+    try:
+        return {agent: harbor_run(harbor_python, compose_plugin, agent, jobs) for agent in ("oracle", "nop")}
+    finally:
+        remove_harbor_containers()
+
+
+def remove_harbor_containers() -> None:
+    """Remove what a harbor run cut short left: its compose projects' containers carry the task's environment/
+    folder as their working_dir label (a finished trial removes its own)."""
+    for task in TASKS:
+        label = f"label=com.docker.compose.project.working_dir={task / 'environment'}"
+        found = subprocess.run(["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True).stdout
+        if found.split():
+            subprocess.run(["docker", "rm", "-f", *found.split()], capture_output=True)
 
 
 def expected_rewards(value: int) -> dict[str, dict[str, float]]:
