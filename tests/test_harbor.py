@@ -252,3 +252,13 @@ def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm
     finally:
         env.close()
     assert not os.path.exists(channel) and _settled(_this_pid()) == []
+
+
+def test_no_engine_is_one_line_not_a_traceback(tasks: Path, tmp_path: Path) -> None:
+    """A server with no Docker engine to reach says so in one line, on the server's side and the caller's."""
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", str(tasks / "hello"), "--policy",
+                           "oracle"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "a bug in the environment" not in done.stderr
+    assert done.stderr.count("no Docker engine answers at unix://") == 2, done.stderr   # the server's log, the error

@@ -15,6 +15,7 @@ import logging
 import traceback
 from bisect import bisect_left
 
+from ..errors import EnvkitError
 from .quiet_log import RateLimitedLog
 
 __all__ = ["ServerMetrics", "FRAME_TYPES", "LATENCY_BUCKETS_S", "CONTENT_TYPE"]
@@ -90,11 +91,16 @@ class ServerMetrics:
 
     def environment_raised(self, session_id: str, error: BaseException) -> None:
         """An environment raised in a session. A ValueError is how an environment refuses a move (a bad guess, a
-        step after the end): one INFO line. Anything else is a bug in the environment: an ERROR with its traceback,
+        step after the end): one INFO line. envkit's own errors (no Docker engine here, a sandbox that died): one WARNING
+        line. Anything else is a bug in the environment: an ERROR with its traceback,
         for the environment's author. Each at most once per interval per kind and place, since a client can make
         an environment raise on every frame it sends."""
         if isinstance(error, ValueError):
             self.log.log(logging.INFO, "execution_error", "environment raised in session %s: %r", session_id, error)
+            return
+        if isinstance(error, EnvkitError):   # envkit's own errors say what is wrong here and what to do
+            self.log.log(logging.WARNING, f"envkit_error:{type(error).__name__}", "session %s: %s: %s", session_id,
+                         type(error).__name__, error)
             return
         frames = traceback.extract_tb(error.__traceback__)
         place = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"

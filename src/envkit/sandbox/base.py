@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
-from ..errors import EnvironmentLostError
+from ..errors import EnvironmentLostError, EnvkitError
 
 __all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
            "SandboxUnavailableError"]
@@ -40,7 +40,7 @@ GRACE_S = 5.0
 START_TIMEOUT_S = 60.0
 
 
-class SandboxError(RuntimeError):
+class SandboxError(EnvkitError, RuntimeError):
     """A sandbox could not do what was asked (it is closed, was ended, or an OS error inside)."""
 
 
