@@ -110,7 +110,8 @@ def test_an_engine_that_raises_fails_its_calls_in_one_line(tiny: TinyEcho) -> No
 def test_the_proxy_over_vllm_serve(tmp_path: Path) -> None:
     """`vllm serve` (vLLM's CPU build) of the tiny model built for vLLM, behind `OpenAIEngine`: a three-call
     chain keeps its sampled ids, and vLLM's log-probabilities (`--logprobs-mode processed_logprobs`: after the
-    temperature) are the model's own under the sampling temperature, up to vLLM's bfloat16."""
+    temperature) are the model's own under the sampling temperature: within 0.002 nats a token here. Served without
+    that flag (raw log-probabilities) they were 0.059 apart at one token, and the check failed."""
     tiny = tiny_echo(for_vllm=True)
     port = free_port()
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny.folder), "--host",
@@ -143,4 +144,4 @@ def test_the_proxy_over_vllm_serve(tmp_path: Path) -> None:
             logits = tiny.model(torch.tensor([call.prompt_ids + call.completion_ids])).logits[0]
         own = torch.log_softmax(logits[len(call.prompt_ids) - 1: -1].float() / 0.7, dim=-1) \
             .gather(-1, torch.tensor(call.completion_ids)[:, None])[:, 0].tolist()
-        assert call.logprobs == pytest.approx(own, abs=0.05), (call.logprobs, own)
+        assert call.logprobs == pytest.approx(own, abs=0.02), (call.logprobs, own)
