@@ -31,13 +31,15 @@ class TinyEcho:
     task: str
 
 
-@functools.lru_cache(maxsize=1)
-def tiny_echo() -> TinyEcho:
+@functools.lru_cache(maxsize=2)
+def tiny_echo(for_vllm: bool = False) -> TinyEcho:
+    """The tiny model; `for_vllm`: the one built for vLLM (`GPU_SPEC`: head size 64, which vLLM's CPU attention
+    needs, warmed up on tools as vLLM's server renders them too)."""
     import torch
 
     from envkit.play.binding import bind
     from envkit.play.tasks import env_rows, task_prompt
-    from envkit.play.tiny import TinyModelSpec, _tool_schemas, build_tiny_model
+    from envkit.play.tiny import GPU_SPEC, TinyModelSpec, _tool_schemas, build_tiny_model
 
     torch.set_num_threads(1)
     target = resolve_target("echo")
@@ -47,7 +49,8 @@ def tiny_echo() -> TinyEcho:
     with running_server(app) as url:
         cls = bind(url, name="echo")
         rows = env_rows({"echo": task_prompt("echo", cls.metadata)}, 16, 0)
-        model, tokenizer, _ = build_tiny_model({"echo": cls}, rows, TinyModelSpec(), save_to=folder)
+        model, tokenizer, _ = build_tiny_model({"echo": cls}, rows, GPU_SPEC if for_vllm else TinyModelSpec(),
+                                               save_to=folder)
         environment = cls()
         tools = _tool_schemas(environment)
         task = rows[0]["prompt"][-1]["content"] + environment.reset(**rows[0])
