@@ -12,6 +12,7 @@ transformers.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -20,12 +21,14 @@ from typing import Any, Iterator
 import pytest
 from capture_model import tiny_echo
 from completions_server import completions_app
-from harbor_helpers import CHECK_HELLO, make_task, require_engine, task_containers
+from harbor_helpers import CHECK_HELLO, make_task, no_warm_pool, require_engine, task_containers
 
 from envkit.capture import TransformersEngine
+from envkit.harbor import harbor_environment
 from envkit.testing import ServedProcess, running_server
 
 PEER = Path(__file__).resolve().parent / "openenv_peer" / "harbor_rollout.py"
+REWARD_JSON = "/logs/verifier/reward.json"
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,7 +62,7 @@ def test_openenv_harbor_client_runs_a_rollout(openenv_python: str, engine: tuple
 
     result = lines["rollout"]
     assert result["ok"] and result["error"] is None, result
-    assert lines["trainable"] and (result["rollout_type"], result["capture_level"]) == ("train", "tokens")
+    assert lines["all_fields_in_order"] and lines["trainable"] and (result["rollout_type"], result["capture_level"]) == ("train", "tokens")
     assert (result["task_name"], result["dataset"], result["harness"], result["sandbox"]) == \
         ("hello", "test", "reference", "docker")
     assert result["task_id"] == str((tmp_path / "tasks" / "hello").resolve())
@@ -105,3 +108,29 @@ def _settled(server_pid: int, timeout_s: float = 15.0) -> list[str]:
     while (found := task_containers(server_pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return found
+
+
+def test_the_headline_reward_is_picked_as_openenv_picks_it(engine: tuple[str, Any], tmp_path: Path,
+                                                          no_warm_pool: None) -> None:
+    """In-process (no OpenEnv): a task whose tests write two reward.json keys, neither named `reward`."""
+    require_engine()
+    llm_url, _ = engine
+    make_task(tmp_path / "two", solve="true", test=f"echo '{{\"a\": 1, \"b\": 0.5}}' > {REWARD_JSON}")
+    env = harbor_environment(tmp_path / "two")()
+    try:
+        def run(**arguments: Any) -> dict[str, Any]:
+            return json.loads(env.run_rollout(llm_url=llm_url, agent_step_limit=1, **arguments))
+
+        ambiguous = run()
+        assert not ambiguous["ok"] and ambiguous["rewards"] == {"a": 1.0, "b": 0.5} and ambiguous["reward"] is None
+        assert ambiguous["error"].startswith("task produced several rewards ['a', 'b'] and none is named 'reward'")
+        picked = run(reward_key="c, b,a", keep_sandbox=True)
+        assert picked["ok"] and (picked["reward"], picked["reward_key"]) == (0.5, "b"), picked
+        assert picked["param_fixes"] == ["keep_sandbox: the task's container stays until this session's next "
+                                         "rollout or its end"]
+        assert len(task_containers(os.getpid())) == 1   # kept, until the session ends
+        missing = run(reward_key="c")
+        assert not missing["ok"] and missing["error"] == "reward_key 'c' not in ['a', 'b']"
+        assert task_containers(os.getpid()) == []
+    finally:
+        env.close()

@@ -66,7 +66,8 @@ with Recording(base_url=URL) as env:
     result = env.run_rollout(split="test", task_index=0, harness="reference", sandbox="docker", llm_url=LLM_URL,
                              sampling={"temperature": 1.0}, agent_step_limit=3)
     StrictResult.model_validate_json(env.raw)
-    emit(rollout=result.model_dump(), trainable=result.trainable)
+    emit(rollout=result.model_dump(), trainable=result.trainable,
+         all_fields_in_order=list(json.loads(env.raw)) == list(HarborRolloutResult.model_fields))
     engine = {"split": "test", "harness": "reference", "sandbox": "docker", "llm_url": LLM_URL}
     emit(refused={
         "opencode": outcome(env, **{**engine, "harness": "opencode"}),

@@ -13,6 +13,7 @@ client", says what matches OpenEnv and what differs.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import math
@@ -44,6 +45,14 @@ LOG_TAIL_CHARS = 4000
 #: What OpenEnv's training policy may hold besides the temperature: only values that leave the distribution whole.
 NON_POLICY = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
               "repetition_penalty": 1.0}
+#: Every field of OpenEnv's `HarborRolloutResult`, in its order, at its default (`ok` false until the rollout ends).
+DEFAULTS: dict[str, Any] = {
+    "task_id": "", "task_name": "", "dataset": "", "harness": "", "sandbox": "", "trial_name": "", "session_id": "",
+    "reward": None, "rewards": {}, "reward_key": "", "step_results": [], "rollout_type": "train",
+    "capture_level": "tokens", "param_fixes": [], "turns": [], "conversations": [], "n_turns": 0, "n_roots": 0,
+    "budget_stop_count": 0, "n_trainable_tokens": 0, "multi_turn": False, "atif": "none", "trace_source": "",
+    "findings": [], "wall_s": 0.0, "phase_timings": {}, "agent_log_tail": "", "ok": False, "error": None,
+    "exception_type": None}
 
 
 class RolloutFailed(Exception):
@@ -106,8 +115,7 @@ class Result:
 def rollout(env: TaskEpisodes, request: RolloutRequest) -> str:
     """Run one rollout of `request` on `env`'s session; `HarborRolloutResult` as JSON text."""
     started = time.monotonic()
-    result = Result({"harness": request.harness, "sandbox": request.sandbox, "rollout_type": "train",
-                     "capture_level": "tokens", "ok": False, "error": None, "exception_type": None})
+    result = Result({**copy.deepcopy(DEFAULTS), "harness": request.harness, "sandbox": request.sandbox})
     try:
         _run(env, request, result)
     except RolloutFailed as failed:
