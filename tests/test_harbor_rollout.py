@@ -111,17 +111,20 @@ def _settled(server_pid: int, timeout_s: float = 15.0) -> list[str]:
 
 
 def test_the_headline_reward_is_picked_as_openenv_picks_it(engine: tuple[str, Any], tmp_path: Path,
-                                                          no_warm_pool: None) -> None:
-    """In-process (no OpenEnv): a task whose tests write two reward.json keys, neither named `reward`."""
+                                                          no_warm_pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (no OpenEnv): a task whose tests write two reward.json keys, neither named `reward`; the engine
+    is the server's (ENVKIT_HARBOR_LLM_URL) where the call names none."""
     require_engine()
     llm_url, _ = engine
+    monkeypatch.setenv("ENVKIT_HARBOR_LLM_URL", llm_url)
     make_task(tmp_path / "two", solve="true", test=f"echo '{{\"a\": 1, \"b\": 0.5}}' > {REWARD_JSON}")
     env = harbor_environment(tmp_path / "two")()
     try:
         def run(**arguments: Any) -> dict[str, Any]:
-            return json.loads(env.run_rollout(llm_url=llm_url, agent_step_limit=1, **arguments))
+            return json.loads(env.run_rollout(**{"llm_url": llm_url, "agent_step_limit": 1, **arguments}))
 
-        ambiguous = run()
+        assert json.loads(env.capabilities())["llm"] == {"url": llm_url, "model": ""}
+        ambiguous = run(llm_url="")   # the server's engine
         assert not ambiguous["ok"] and ambiguous["rewards"] == {"a": 1.0, "b": 0.5} and ambiguous["reward"] is None
         assert ambiguous["error"].startswith("task produced several rewards ['a', 'b'] and none is named 'reward'")
         picked = run(reward_key="c, b,a", keep_sandbox=True)
@@ -132,5 +135,7 @@ def test_the_headline_reward_is_picked_as_openenv_picks_it(engine: tuple[str, An
         missing = run(reward_key="c")
         assert not missing["ok"] and missing["error"] == "reward_key 'c' not in ['a', 'b']"
         assert task_containers(os.getpid()) == []
+        assert run(agent_step_limit=-1)["error"] == ("agent_step_limit and agent_timeout_sec must be 0 (the "
+                                                     "default) or positive")
     finally:
         env.close()

@@ -129,7 +129,7 @@ def rollout(env: TaskEpisodes, request: RolloutRequest) -> str:
 def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
     split, task = _task(env, request.split, request.task_index)
     result.fields.update(task_id=str(task.path), task_name=task.name, dataset=split)
-    _check_runner(request)
+    _check_arguments(request)
     sampling, rollout_type = _sampling(request)
     result.fields["rollout_type"] = rollout_type
     engine = result.timed("probe", lambda: _engine(request))
@@ -137,8 +137,7 @@ def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
     episode_id = uuid.uuid4().hex
     result.fields["trial_name"] = f"{task.name}__{episode_id[:8]}"
     try:
-        box = result.timed("sandbox_start", lambda: (env.reset(task_id=task.name, episode_id=episode_id),
-                                                     env.agent_sandbox())[1])
+        box = result.timed("sandbox_start", lambda: _start(env, task, episode_id))
         budget = request.agent_step_limit or DEFAULT_CALLS
         with CaptureProxy(engine, port=None, unix_socket=os.path.join(box.channel_dir, SOCKET_NAME)) as proxy:
             with proxy.open_session(max_calls=budget, sampling=sampling) as session:
@@ -170,6 +169,12 @@ def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
     result.fields["ok"] = True
 
 
+def _start(env: TaskEpisodes, task: HarborTask, episode_id: str) -> Any:
+    """A new episode of `task` on the session, in a container with a channel folder for the agent's model calls."""
+    env.reset(task_id=task.name, episode_id=episode_id)
+    return env.agent_sandbox()
+
+
 def _task(env: TaskEpisodes, split: str, index: int) -> tuple[str, HarborTask]:
     """The split a call names ("" is the first) and its task at `index`, as the Task API resolves them."""
     splits = env.splits()
@@ -183,7 +188,10 @@ def _task(env: TaskEpisodes, split: str, index: int) -> tuple[str, HarborTask]:
     return name, env.BY_NAME[tasks[index]["task_id"]]
 
 
-def _check_runner(request: RolloutRequest) -> None:
+def _check_arguments(request: RolloutRequest) -> None:
+    """Refuse what this server does not run: another harness, sandbox or API, negative limits."""
+    if request.agent_step_limit < 0 or request.agent_timeout_sec < 0:
+        raise RolloutFailed("agent_step_limit and agent_timeout_sec must be 0 (the default) or positive")
     if request.harness not in HARNESSES:
         raise RolloutFailed(f"unknown harness {request.harness!r}; this server runs: {', '.join(HARNESSES)} "
                             "(envkit's bundled agent)")
