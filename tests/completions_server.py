@@ -1,6 +1,6 @@
 """A small OpenAI-compatible completions server in vLLM's shape, for `OpenAIEngine`'s tests where vLLM is not
-installed: `POST /v1/completions` takes the prompt as token ids and answers with what vLLM 0.31 returns when
-asked (`return_token_ids`, `logprobs: 0`, `return_tokens_as_token_ids`): the choice's `prompt_token_ids` and
+installed: `GET /v1/models` lists the engine's model (its `model_name`, as `vllm serve FOLDER` lists the folder), and
+`POST /v1/completions` takes the prompt as token ids and answers with what vLLM 0.31 returns when asked (`return_token_ids`, `logprobs: 0`, `return_tokens_as_token_ids`): the choice's `prompt_token_ids` and
 `token_ids`, and `logprobs.tokens` as `token_id:N` with `token_logprobs`. The tokens come from a
 `TransformersEngine` over the tiny model.
 
@@ -48,6 +48,11 @@ def completions_app(engine: TransformersEngine, mode: str = "vllm") -> Starlette
                              "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids),
                                        "total_tokens": len(body["prompt"]) + len(ids)}})
 
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": engine.model_name, "object": "model",
+                                                         "owned_by": "vllm"}]})
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"])])
     app.state.seen = seen
     return app

@@ -185,3 +185,16 @@ class PidCounterEnvironment(CounterEnvironment):
     def whoami(self) -> str:
         """Say the id of the process this session lives in."""
         return str(os.getpid())
+
+
+class ServiceCounterEnvironment(CounterEnvironment):
+    """A counter with a service tool, for the program driving it: not listed for agents, callable without a reset."""
+
+    @tool(service=True)
+    def describe(self, verbose: bool = False) -> dict[str, Any]:
+        """Say what the counter holds, for the program driving it.
+
+        Args:
+            verbose: Say the tag too.
+        """
+        return {"total": self.total, **({"tag": self.tag} if verbose else {})}

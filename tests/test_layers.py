@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "scale": {"contract", "core", "surfaces", "app", "transport"},
     "client": {"contract"},
     "sandbox": {"contract", "core"},
-    "harbor": {"contract", "core", "sandbox"},
+    "harbor": {"contract", "core", "sandbox", "capture", "agents"},
     "capture": set(),
     "agents": {"contract", "sandbox"},
     "play": {"contract", "client", "app", "transport", "sandbox"},

@@ -31,7 +31,7 @@ __all__ = [
     "API_KEY_ENV", "API_KEY_HEADER", "key_headers",
     "SESSION_ID_HEADER", "REFUSED_HEADER", "FEATURES_HEADER", "FEATURES_QUERY", "Features", "ErrorCode", "CloseCode", "close_reason",
     "FrameError", "decode_frame", "to_json", "encode", "observation_payload", "observation_frame", "state_frame", "error_frame",
-    "tool_result_payload", "tool_result_frame", "tool_result_text",
+    "tool_result_payload", "tool_result_frame", "tool_result_text", "call_tool_frame",
 ]
 
 #: The header a client sends its API key in.
@@ -224,6 +224,26 @@ def tool_result_payload(tool: str, result: Any) -> dict[str, Any]:
         data.update(observation=None, reward=None, done=None)
     data["result"] = tool_result_text(result)
     return data
+
+
+def call_tool_frame(tool_name: Any, result: Any = None, *, error: tuple[str, str] | None = None) -> str:
+    """OpenEnv's `CallToolObservation` in an observation frame, the answer to a `call_tool` step: `result` as MCP
+    tool-call content (its text, and the value itself as `data`), or `error` as `(error_type, message)`, where
+    error_type is OpenEnv's (`tool_not_found`, `invalid_args`, `execution_error`). A tool that returned an
+    Observation gives the frame its reward and done."""
+    reward, done = None, False
+    if error is not None:
+        answer = None
+        problem: dict[str, str] | None = {"error_type": error[0], "message": error[1]}
+    else:
+        value = result
+        if isinstance(result, Observation):
+            value = observation_payload(result)
+            reward, done = result.reward, result.done
+        answer = {"content": [{"type": "text", "text": tool_result_text(result)}], "data": value, "is_error": False}
+        problem = None
+    observation = {"metadata": {}, "tool_name": tool_name, "result": answer, "error": problem}
+    return encode({"type": "observation", "data": {"observation": observation, "reward": reward, "done": done}})
 
 
 def tool_result_frame(tool: str, result: Any, *, metrics: dict[str, Any] | None = None) -> str:

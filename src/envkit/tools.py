@@ -11,6 +11,11 @@ legal values, `expression: Annotated[str, Field(examples=["2 + 3"])]`: they trav
 A tool returns a string (shown to the agent as is), an `Observation` (shown through
 `Observation.as_text()`, with its reward and done flag reported to the caller), or another JSON
 value such as a dict (shown as JSON; MCP clients also get the value itself).
+
+A service tool, `@tool(service=True)`, is for the program that drives the environment, not for the agent in
+it (a Harbor task folder's `run_rollout`): it is left out of every listing an agent reads (`GET /tools`, MCP,
+ORS), it runs on a session that has not been reset, and it is called by name with OpenEnv's `call_tool` step
+on `/ws` (`tool_specs(env_class, service=True)` lists them).
 """
 
 from __future__ import annotations
@@ -31,16 +36,22 @@ from .model_codec import validator_for
 __all__ = ["tool", "ToolSpec", "tool_specs", "parse_google_docstring"]
 
 _TOOL_MARK = "__envkit_tool__"
+#: The mark's values: a tool for the agent, a service tool.
+AGENT, SERVICE = "agent", "service"
 _JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
 _STRICT: dict[type, Any] = {kind: typing.Annotated[kind, Strict()] for kind in (str, int, float, bool)}
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
 
 
-def tool(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an `Environment` method as a tool an LLM agent may call."""
-    setattr(method, _TOOL_MARK, True)
-    return method
+def tool(method: Callable[..., Any] | None = None, *, service: bool = False) -> Any:
+    """Mark an `Environment` method as a tool an LLM agent may call (`@tool`), or, with `@tool(service=True)`,
+    as a service tool for the program driving the environment (see the module's docstring)."""
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(function, _TOOL_MARK, SERVICE if service else AGENT)
+        return function
+
+    return mark if method is None else mark(method)
 
 
 @dataclass(frozen=True)
@@ -234,15 +245,16 @@ def _examples(hint: Any) -> tuple[Any, list[Any]]:
     return hint.__origin__, examples
 
 
-def tool_specs(env_class: type) -> dict[str, ToolSpec]:
-    """Every `@tool` method of `env_class` (inherited ones too), checked and described, by name.
+def tool_specs(env_class: type, *, service: bool = False) -> dict[str, ToolSpec]:
+    """Every `@tool` method of `env_class` (inherited ones too), checked and described, by name; with `service`,
+    its `@tool(service=True)` methods instead.
 
     Raises `ToolDefinitionError` naming the method and the fix when a tool cannot be described.
     """
     specs: dict[str, ToolSpec] = {}
     for name in dir(env_class):
         method = inspect.getattr_static(env_class, name, None)
-        if callable(method) and getattr(method, _TOOL_MARK, False):
+        if callable(method) and getattr(method, _TOOL_MARK, None) == (SERVICE if service else AGENT):
             if name in ("reset", "step", "state", "close") or name.startswith("_"):
                 raise ToolDefinitionError(f"{env_class.__qualname__}.{name}: `{name}` cannot be a tool; rename it")
             specs[name] = _spec_from_method(env_class, name, method)

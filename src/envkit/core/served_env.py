@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..environment import Action, Environment
 from ..model_codec import validator_for
 from ..protocol import CloseCode, ErrorCode, Features, FrameError, error_frame
-from ..tools import ToolSpec
+from ..tools import ToolSpec, tool_specs
 from .access import AccessPolicy
 from .reset_arguments import ResetArguments
 from .sessions import Session, SessionPool, current_client
@@ -92,6 +92,8 @@ class ServedEnv:
         self.action_cls = action_cls
         self.validate_action: Callable[[Any], Action] = validator_for(action_cls)
         self.tools = tools
+        #: The environment's service tools (`@tool(service=True)`): reached by `call_tool` steps, without a reset.
+        self.service_tools = tool_specs(env_class, service=True)
         self.pool = pool
         self.max_message_bytes = max_message_bytes
         #: What a reset request may carry (`envkit.core.reset_arguments`).
@@ -190,6 +192,11 @@ class ServedEnv:
             raise FrameError(ErrorCode.VALIDATION_ERROR,
                              f'Invalid action: "data" must be a JSON object of {self.action_cls.__name__} fields')
         return self.validate_action(data)
+
+    def is_tool_call(self, data: Any) -> bool:
+        """Whether a step's `data` is OpenEnv's `CallToolAction` (`{"type": "call_tool", "tool_name", "arguments"}`):
+        always, unless the environment's own action has a `type` field, whose steps stay its own."""
+        return isinstance(data, dict) and data.get("type") == "call_tool" and "type" not in self.action_cls.model_fields
 
     def reset_kwargs(self, data: Any) -> dict[str, Any]:
         """A reset request's keyword arguments, checked (`envkit.core.reset_arguments`); raises `FrameError`."""

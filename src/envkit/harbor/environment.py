@@ -25,6 +25,7 @@ from ..episode_metrics import Metric
 from ..tools import tool
 from ..sandbox import RunResult, SandboxPathError
 from .container import TaskContainer, open_task_container
+from .rollout import RolloutRequest, capabilities, rollout, task_refs
 from .tasks import HarborTask, find_tasks
 from .verifier import Verdict, verify
 
@@ -203,6 +204,67 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             self._verified("Finished.")
         assert self._verdict is not None
         return self._verdict.reward
+
+    def reward_components(self) -> tuple[dict[str, float], str | None]:
+        """The finished episode's reward.json keys (reward.txt's number as `reward`), and why the tests gave no
+        reward, if they gave none."""
+        if self._verdict is None:
+            raise ValueError("the episode's tests have not run: call finish_episode() first")
+        return dict(self._verdict.components), self._verdict.error
+
+    # -- service tools: OpenEnv's Harbor client (`HarborEnv.run_rollout`, `capabilities`, `list_tasks`)
+
+    @tool(service=True)
+    def run_rollout(self, split: str = "", task_index: int = 0, harness: str = "reference", sandbox: str = "docker",
+                    reward_key: str = "", keep_sandbox: bool = False, force_build: bool = False, llm_url: str = "",
+                    model: str = "", api_key: str = "", auth_header: str = "", agent_timeout_sec: float = 0.0,
+                    agent_step_limit: int = 0, sampling: dict[str, Any] | None = None, provider: str = "openai",
+                    purpose: str = "auto", eval_sampling: dict[str, Any] | None = None) -> str:
+        """Run one rollout of a task: the agent in the task's container, its model calls captured token by token,
+        then the task's tests. Returns OpenEnv's `HarborRolloutResult` as JSON; a rollout that cannot run or fails
+        has ok=false and says why in `error`.
+
+        Args:
+            split: The split ("" is the first).
+            task_index: The task's index in the split (the Task API's order).
+            harness: The agent: "reference" (envkit's bundled agent).
+            sandbox: Where the agent runs: "docker" (the task's container).
+            reward_key: The reward.json key that is the headline reward; a comma list is an order of preference.
+            keep_sandbox: Leave the task's container up after the rollout (until the session's next one or its end).
+            force_build: Build the task's image anew (its tag is its content's hash: a changed task always is).
+            llm_url: The OpenAI-compatible engine (".../v1") that returns token ids and log-probabilities; "" is
+                the server's (ENVKIT_HARBOR_LLM_URL).
+            model: The model the engine serves, a folder this server reads its tokenizer from; "" when it serves one.
+            api_key: The engine's credential (the agent never sees it).
+            auth_header: The header the credential goes in, when not Authorization.
+            agent_timeout_sec: Seconds the agent may run; 0 is the task's [agent].timeout_sec.
+            agent_step_limit: Model calls the agent may make; 0 is 16.
+            sampling: The training policy, {"temperature": t} (other keys only at values that leave it whole).
+            provider: The engine's API: "openai".
+            purpose: "auto", "train" or "eval".
+            eval_sampling: purpose="eval" only: temperature, top_p, top_k.
+        """
+        return rollout(self, RolloutRequest(
+            split=split, task_index=task_index, harness=harness, sandbox=sandbox, reward_key=reward_key,
+            keep_sandbox=keep_sandbox, force_build=force_build, llm_url=llm_url, model=model, api_key=api_key,
+            auth_header=auth_header, agent_timeout_sec=agent_timeout_sec, agent_step_limit=agent_step_limit,
+            sampling=sampling, provider=provider, purpose=purpose, eval_sampling=eval_sampling))
+
+    @tool(service=True)
+    def capabilities(self) -> str:
+        """The harnesses, sandboxes, datasets and engine of this server, as OpenEnv's `capabilities()` lists them."""
+        return capabilities(type(self))
+
+    @tool(service=True)
+    def list_tasks(self, split: str = "", start: int = 0, stop: int = 20) -> str:
+        """A window of a split's tasks, as OpenEnv's `HarborTaskRef`s (JSON).
+
+        Args:
+            split: The split ("" is the first).
+            start: The first index.
+            stop: The index after the last.
+        """
+        return task_refs(type(self), split, start, stop)
 
     # -- tools
 

@@ -27,6 +27,7 @@ from ..protocol import (
     REFUSED_HEADER,
     Features,
     SESSION_ID_HEADER,
+    call_tool_frame,
     CloseCode,
     ErrorCode,
     FrameError,
@@ -213,6 +214,8 @@ class SessionHandler:
                                  f"{self.served.max_message_bytes} bytes; send smaller actions")
             kind, data = decode_frame(raw)
             if kind == "step":
+                if self.served.is_tool_call(data):
+                    return await self._tool_step(session, data)
                 observation = self._checked(await session.step(self.served.action(session, data)), "step")
                 return observation_frame(observation, with_text=features.text,
                                          metrics=self._metrics(session, features) if features.metrics else None)
@@ -269,6 +272,34 @@ class SessionHandler:
             raise FrameError(ErrorCode.VALIDATION_ERROR, f'Invalid call: "args" of {spec.name} must be a JSON object')
         result = await session.call_tool(spec, spec.validate_arguments(arguments))
         return tool_result_frame(spec.name, result, metrics=self._metrics(session, features))
+
+    async def _tool_step(self, session: Session, data: dict[str, Any]) -> str:
+        """OpenEnv's `CallToolAction` as a step: run the named tool (a service tool without a reset) and answer
+        with OpenEnv's `CallToolObservation`; a call that cannot run says why in its `error`, as OpenEnv's MCP
+        environments answer, and the session carries on."""
+        name, arguments = data.get("tool_name"), data.get("arguments", {})
+        served = self.served
+        spec = (served.tools.get(name) or served.service_tools.get(name)) if isinstance(name, str) else None
+        if spec is None:
+            known = ", ".join(sorted([*served.tools, *served.service_tools])) or "none"
+            return call_tool_frame(name, error=("tool_not_found", f"Unknown tool: {name!r}; this environment's "
+                                                                  f"tools: {known}"))
+        if not isinstance(arguments, dict):
+            return call_tool_frame(name, error=("invalid_args", f'"arguments" of {name} must be a JSON object'))
+        try:
+            checked = spec.validate_arguments(arguments)
+        except ValidationError as error:
+            return call_tool_frame(name, error=("invalid_args", f"Invalid arguments for {name}: "
+                                                                f"{summarise_validation_error(error)}"))
+        if name in served.tools and not session.may_step:
+            return call_tool_frame(name, error=("execution_error", f"tool call before reset: {name} needs a started "
+                                                                   'episode; send {"type": "reset"} first'))
+        try:
+            result = await session.call_tool(spec, checked)
+        except Exception as error:
+            self.pool.metrics.environment_raised(session.id, error)
+            return call_tool_frame(name, error=("execution_error", f"{type(error).__name__}: {error}"))
+        return call_tool_frame(name, result)
 
     @staticmethod
     def _checked(observation: Any, method: str) -> Observation:
