@@ -166,8 +166,7 @@ class AgentRollouts:
         if self.proxy is None:
             from ..capture import CaptureProxy
 
-            self.proxy = CaptureProxy(policy_engine(trainer), port=None)
-            self.proxy.start()
+            self.proxy = CaptureProxy(policy_engine(trainer)).start()
         rows = self.rows_of(trainer)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="envkit-agent") as pool:
@@ -215,12 +214,15 @@ class AgentRollouts:
         setup = self.setup
         environment.reset(**arguments)
         with tempfile.TemporaryDirectory(prefix="envkit-channel-") as channel:
-            self.proxy.add_listener(os.path.join(channel, "proxy.sock"))
-            sandbox = environment.agent_sandbox(channel_dir=channel)
-            instruction = environment.agent_instruction()
-            result = run_agent(sandbox, agent_command(setup.command, instruction), session=session,
-                               timeout_s=setup.timeout_s, env={TASK_VARIABLE: instruction})
-            env_reward = environment.finish_episode()
+            socket = self.proxy.add_listener(os.path.join(channel, "proxy.sock"))
+            try:
+                sandbox = environment.agent_sandbox(channel_dir=channel)
+                instruction = environment.agent_instruction()
+                result = run_agent(sandbox, agent_command(setup.command, instruction), session=session,
+                                   timeout_s=setup.timeout_s, env={TASK_VARIABLE: instruction})
+                env_reward = environment.finish_episode()
+            finally:
+                self.proxy.remove_listener(socket)
         env_reward = None if env_reward is None else float(env_reward)
         if setup.reward_fn is None:
             return env_reward, bool(result.timed_out)
