@@ -270,4 +270,4 @@ def test_train_agent_end_to_end(tmp_path: Path, openenv_python: str) -> None:
     for step, row in enumerate(rows):   # the logged reward is the mean over the rollouts not scored None
         kept = [outcome.env_reward for outcome in OUTCOMES[4 * step:4 * step + 4]][1::2]
         assert row["reward"] == pytest.approx(sum(kept) / len(kept), abs=1e-6)
-    assert NoteTask.opened and all(sandbox.closed for sandbox in NoteTask.opened)
+    assert NoteTask.opened and not any(sandbox.alive for sandbox in NoteTask.opened)
