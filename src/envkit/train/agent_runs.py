@@ -39,7 +39,7 @@ from ..errors import ConfigurationError
 from ..play.binding import Tally
 from .captured import Rollout
 
-__all__ = ["AgentOutcome", "AgentRollouts", "AgentSetup", "REFERENCE", "require_agent_parts", "rollout_reward_fn",
+__all__ = ["AgentOutcome", "AgentEpisode", "AgentRollouts", "AgentSetup", "REFERENCE", "require_agent_parts", "rollout_reward_fn",
            "outcome_of", "policy_engine", "agent_command", "TASK_VARIABLE"]
 
 logger = logging.getLogger("envkit.train")
@@ -186,49 +186,21 @@ class AgentRollouts:
         name = row.get("environment") if row.get("environment") in self.env_classes else next(iter(self.env_classes))
         arguments = {key: value for key, value in row.items() if key not in ("prompt", "environment")
                      and value is not None}
-        from ..capture import Sampling
-
-        setup = self.setup
-        session = self.proxy.open_session(max_calls=setup.max_calls,
-                                          sampling=Sampling(temperature=setup.temperature, max_tokens=setup.max_tokens))
-        environment = self.env_classes[name]()
+        episode = AgentEpisode(self.proxy, self.env_classes[name](), self.setup)
         try:
-            reward, timed_out = self._play(environment, arguments, session)
-            trace = session.trace(reward=reward, environment=name, timed_out=timed_out)
-            outcome = outcome_of(trace, reward, timed_out)
+            result = episode.run(arguments)
+            reward = episode.reward(bool(result.timed_out))
+            trace = episode.session.trace(reward=reward, environment=name, timed_out=bool(result.timed_out))
+            outcome = outcome_of(trace, reward, bool(result.timed_out))
             self._count(finished=True, calls=outcome.tool_call_count, failures=outcome.tool_failure_count)
-            return Rollout(trace, reward, outcome.tool_call_count, outcome.tool_failure_count, timed_out)
+            return Rollout(trace, reward, outcome.tool_call_count, outcome.tool_failure_count, bool(result.timed_out))
         except Exception as error:  # noqa: BLE001 - any failure of the episode makes it unscorable, and is counted
             reason = f"{name}: {type(error).__name__}: {error}"
             logger.warning("agent episode lost (%s)", reason)
             self._count(finished=False, lost=reason)
-            return Rollout(session.trace(reward=None, environment=name, lost=reason), None)
+            return Rollout(episode.session.trace(reward=None, environment=name, lost=reason), None)
         finally:
-            session.close()
-            environment.close()
-
-    def _play(self, environment: Any, arguments: dict[str, Any], session: Any) -> tuple[float | None, bool]:
-        """Reset, run the agent in the environment's sandbox, and score: (reward, whether the agent timed out)."""
-        from ..agents import run_agent
-
-        setup = self.setup
-        environment.reset(**arguments)
-        with tempfile.TemporaryDirectory(prefix="envkit-channel-") as channel:
-            socket = self.proxy.add_listener(os.path.join(channel, "proxy.sock"))
-            try:
-                sandbox = environment.agent_sandbox(channel_dir=channel)
-                instruction = environment.agent_instruction()
-                result = run_agent(sandbox, agent_command(setup.command, instruction), session=session,
-                                   timeout_s=setup.timeout_s, env={TASK_VARIABLE: instruction})
-                env_reward = environment.finish_episode()
-            finally:
-                self.proxy.remove_listener(socket)
-        env_reward = None if env_reward is None else float(env_reward)
-        if setup.reward_fn is None:
-            return env_reward, bool(result.timed_out)
-        outcome = outcome_of(session.trace(reward=env_reward), env_reward, bool(result.timed_out))
-        reward = setup.reward_fn(outcome)
-        return (None if reward is None else float(reward)), bool(result.timed_out)
+            episode.close()
 
     def _count(self, *, finished: bool, calls: int = 0, failures: int = 0, lost: str | None = None) -> None:
         with self._write:
@@ -240,3 +212,50 @@ class AgentRollouts:
             if lost is not None:
                 tally.lost += 1
                 tally.lost_reasons.append(lost)
+
+
+class AgentEpisode:
+    """One agent episode: an environment instance, a capture session on `proxy`, and the agent's run.
+
+    `run(arguments)` resets the environment, gives its sandbox a socket of the proxy in a channel folder of its
+    own and runs the agent there; `reward(timed_out)` asks the environment's verifier (`finish_episode`) and, when
+    set, the user's `reward_fn`; `close()` ends the session, the environment (its sandbox) and the socket.
+    """
+
+    def __init__(self, proxy: Any, environment: Any, setup: AgentSetup) -> None:
+        from ..capture import Sampling
+
+        self.proxy, self.environment, self.setup = proxy, environment, setup
+        self.session = proxy.open_session(max_calls=setup.max_calls,
+                                          sampling=Sampling(temperature=setup.temperature, max_tokens=setup.max_tokens))
+        self._channel = tempfile.TemporaryDirectory(prefix="envkit-channel-")
+        self._socket: str | None = None
+
+    def run(self, arguments: dict[str, Any]) -> Any:
+        """Reset, run the agent in the environment's sandbox; its `AgentResult`."""
+        from ..agents import run_agent
+
+        self.environment.reset(**arguments)
+        self._socket = self.proxy.add_listener(os.path.join(self._channel.name, "proxy.sock"))
+        sandbox = self.environment.agent_sandbox(channel_dir=self._channel.name)
+        instruction = self.environment.agent_instruction()
+        return run_agent(sandbox, agent_command(self.setup.command, instruction), session=self.session,
+                         timeout_s=self.setup.timeout_s, env={TASK_VARIABLE: instruction})
+
+    def reward(self, timed_out: bool) -> float | None:
+        """The environment's verdict, or the user's reward function of the outcome (None: unscorable)."""
+        env_reward = self.environment.finish_episode()
+        env_reward = None if env_reward is None else float(env_reward)
+        if self.setup.reward_fn is None:
+            return env_reward
+        reward = self.setup.reward_fn(outcome_of(self.session.trace(reward=env_reward), env_reward, timed_out))
+        return None if reward is None else float(reward)
+
+    def close(self) -> None:
+        try:
+            self.session.close()
+            self.environment.close()
+        finally:
+            if self._socket is not None:
+                self.proxy.remove_listener(self._socket)
+            self._channel.cleanup()
