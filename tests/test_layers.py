@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"contract"},
     "sandbox": {"contract", "core"},
     "play": {"contract", "client", "app", "transport", "sandbox"},
-    "train": {"contract", "client", "app", "play"},
+    "train": {"contract", "client", "app", "play", "capture", "agents"},
     "evaluate": {"contract", "client", "app", "play"},
     "bench": {"contract", "client"},
     "publish": {"contract", "client", "app"},
