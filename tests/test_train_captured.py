@@ -185,3 +185,66 @@ def test_grpo_trains_on_the_captured_rows_as_they_are(tiny: Any, tmp_path: Path)
         assert log["tools/call_frequency"] == 2.0 and log["tools/failure_frequency"] == 0.25
         assert log["rollout/turns_mean"] == 2.0 and log["rollout/samples_per_rollout"] == 1.0
         assert not math.isnan(log["loss"])
+
+
+def test_every_root_of_a_rollout_trains(tiny: Any, tmp_path: Path) -> None:
+    """A rollout whose agent rewrote its history made two roots: CapturedGRPOTrainer trains both, the second as a row
+    of its own in the batch with the rollout's advantage (ids, mask and log-probabilities as captured); filler rows
+    (nothing trained) keep the batch divisible into its steps_per_generation parts."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from envkit.train.captured import CapturedGRPOTrainer, Rollout, captured_rollout_func, harness_reward
+
+    model, tokenizer, rows = tiny
+    batches: list[tuple[list[Rollout], dict[str, Any]]] = []
+
+    def collect(prompts: list[Any], trainer: Any) -> list[Rollout]:
+        batch = []
+        for index, prompt in enumerate(prompts):
+            trace = captured(trainer.model, tokenizer, {"prompt": prompt}, turns=1)
+            if index % 2:   # the agent starts over: a second root
+                restart = prompt_ids(tokenizer, rows[index % len(rows)])
+                completion, logprobs = sample(trainer.model, restart)
+                trace["turns"].append(turn("n9", restart, completion, logprobs))
+            batch.append(Rollout(trace, float(index)))
+        batches.append((batch, {}))
+        return batch
+
+    class Recording(CapturedGRPOTrainer):
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            batches[-1][1].update(out)
+            return out
+
+    config = GRPOConfig(output_dir=str(tmp_path), max_steps=1, num_generations=4, per_device_train_batch_size=4,
+                        gradient_accumulation_steps=3, learning_rate=1e-3, use_cpu=True, report_to=[],
+                        logging_steps=1, save_strategy="no", max_completion_length=128, beta=0.0,
+                        chat_template_kwargs={"enable_thinking": False})
+    trainer = Recording(model=copy.deepcopy(model), reward_funcs=harness_reward, args=config,
+                        train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                        rollout_func=captured_rollout_func(collect))
+    trainer.train()
+    [(rollouts, batch)] = batches
+    size = len(rollouts)
+    seconds = [index for index in range(size) if index % 2]
+    total = size + len(seconds)
+    total += -total % 3
+    assert batch["completion_ids"].shape[0] == total and batch["advantages"].shape[0] == total
+    for place, index in enumerate(seconds):
+        row = sorted(trace_rows(rollouts[index].trace), key=lambda item: -item.trained_tokens)[1]   # not the first row
+        line = size + place
+        completion = batch["completion_ids"][line][batch["completion_mask"][line].bool()].tolist()
+        assert completion == row.completion_ids
+        assert batch["tool_mask"][line][:len(row.env_mask)].tolist() == row.env_mask
+        assert batch["sampling_per_token_logps"][line][:len(row.logprobs)].tolist() == pytest.approx(row.logprobs)
+        prompt = batch["prompt_ids"][line][batch["prompt_mask"][line].bool()].tolist()
+        assert prompt == row.prompt_ids
+        assert batch["advantages"][line] == batch["advantages"][index]
+    fillers = slice(size + len(seconds), None)
+    assert not (batch["completion_mask"][fillers] * batch["tool_mask"][fillers]).any()
+    trained = (batch["completion_mask"] * batch["tool_mask"]).sum()
+    assert batch["num_items_in_batch"] == trained
+    assert all(math.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
+    assert torch.is_tensor(batch["advantages"])

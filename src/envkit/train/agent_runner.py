@@ -12,12 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trl import GRPOTrainer as TRLGRPOTrainer
-
 from ..environment import Environment
 from ..play.binding import Tally
 from .agent_runs import AgentRollouts, AgentSetup, rollout_reward_fn
-from .captured import captured_rollout_func, harness_reward
+from .captured import CapturedGRPOTrainer, captured_rollout_func, harness_reward
 from .settings import TrainSettings
 
 __all__ = ["AgentGRPOTrainer", "agent_trainer", "TRACES_FILE"]
@@ -25,8 +23,9 @@ __all__ = ["AgentGRPOTrainer", "agent_trainer", "TRACES_FILE"]
 TRACES_FILE = "traces.jsonl"
 
 
-class AgentGRPOTrainer(TRLGRPOTrainer):
-    """TRL's `GRPOTrainer`, keeping the dataset rows of the batch being generated in `batch_rows`."""
+class AgentGRPOTrainer(CapturedGRPOTrainer):
+    """TRL's `GRPOTrainer` over captured rollouts (`CapturedGRPOTrainer`), keeping the dataset rows of the batch
+    being generated in `batch_rows`."""
 
     batch_rows: list[dict[str, Any]] = []
 
