@@ -90,6 +90,30 @@ class NoteTask(Environment[NoteAction, NoteObservation, State]):
             self.sandbox = None
 
 
+class LongNoteTask(NoteTask):
+    """NoteTask scored by the note's length: 0.01 per character, up to 2.0."""
+
+    def agent_instruction(self) -> str:
+        return "Write a long note."
+
+    def finish_episode(self) -> float:
+        done = self.sandbox.run(["cat", "note.txt"])
+        return min(len(done.stdout), 200) / 100 if done.exit_code == 0 else 0.0
+
+
+#: A loop-owning agent of one model call, standard library only: it asks the model for its task (`$ENVKIT_TASK`)
+#: and writes the reply into note.txt.
+NOTE_AGENT = """
+import json, os, urllib.request
+body = {"model": "policy", "messages": [{"role": "user", "content": os.environ["ENVKIT_TASK"]}]}
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json",
+                                  "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+reply = json.load(urllib.request.urlopen(request, timeout=300))
+open("note.txt", "w").write(reply["choices"][0]["message"].get("content") or "")
+"""
+
+
 #: The outcomes `scored` was given, in order.
 OUTCOMES: list[AgentOutcome] = []
 
@@ -271,3 +295,24 @@ def test_train_agent_end_to_end(tmp_path: Path, openenv_python: str) -> None:
         kept = [outcome.env_reward for outcome in OUTCOMES[4 * step:4 * step + 4]][1::2]
         assert row["reward"] == pytest.approx(sum(kept) / len(kept), abs=1e-6)
     assert NoteTask.opened and not any(sandbox.alive for sandbox in NoteTask.opened)
+
+
+@needs_parts
+def test_a_loop_owning_agent_learns(tmp_path: Path) -> None:
+    """A one-call agent of this file (`NOTE_AGENT`, a shell command) writes the model's reply as a note scored by its
+    length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0. The
+    mean reward of the last 3 steps must beat the first 3 steps' by 1.0: measured 0.056 → 2.0 (seeds 1 and 2:
+    1.08 → 2.0, 0.39 → 2.0 over 12 steps; at learning rate 1e-9, a model that does not move, 0.095 → 0.089)."""
+    import shlex
+
+    from envkit.train.runner import run
+
+    settings = TrainSettings(env=["test_train_agent:LongNoteTask"], agent="python3 -I -c " + shlex.quote(NOTE_AGENT),
+                             max_steps=8, batch_size=8, num_generations=4, max_completion_length=48,
+                             max_tool_calling_iterations=2, learning_rate=1e-3, seed=0,
+                             output_dir=str(tmp_path / "out"), save_model=False)
+    summary = run(settings, say=lambda message: None, show_steps=False)
+    assert (summary.steps, summary.episodes, summary.lost) == (8, 64, 0), summary.lost_reasons
+    rewards = [json.loads(line)["reward"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert last > first + 1.0, rewards
