@@ -63,9 +63,10 @@ def test_trls_harness_worker_collects_agent_rollouts_from_vllm_serve(tmp_path: P
                "--return-tokens-as-token-ids", "--logprobs-mode", "processed_logprobs"]
     with chat_server_process(command, port, tmp_path / "vllm-serve.log", start_timeout=300,
                              env={**os.environ, **offline}) as root:
-        done = subprocess.run([python, str(TESTS_DIR / "harness_worker_probe.py"), root + "/v1", str(tmp_path / "model"),
-                               "test_train_agent:NoteTask", "2"], capture_output=True, text=True, timeout=600,
-                              env=subprocess_env(**offline), cwd=TESTS_DIR)
+        probe = [python, str(TESTS_DIR / "harness_worker_probe.py"), root + "/v1", str(tmp_path / "model"),
+                 "test_train_agent:NoteTask", "2"]
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=600, env=subprocess_env(**offline),
+                              cwd=TESTS_DIR)
     assert done.returncode == 0, done.stderr[-4000:]
     rollouts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(rollouts) == 2, done.stderr[-4000:]

@@ -39,8 +39,8 @@ from ..errors import ConfigurationError
 from ..play.binding import Tally
 from .captured import Rollout
 
-__all__ = ["AgentOutcome", "AgentEpisode", "AgentRollouts", "AgentSetup", "REFERENCE", "require_agent_parts", "rollout_reward_fn",
-           "outcome_of", "policy_engine", "agent_command", "TASK_VARIABLE"]
+__all__ = ["AgentOutcome", "AgentEpisode", "AgentRollouts", "AgentSetup", "REFERENCE", "require_agent_parts",
+           "rollout_reward_fn", "outcome_of", "policy_engine", "agent_command", "TASK_VARIABLE"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -102,12 +102,17 @@ def rollout_reward_fn(spec: str) -> Callable[[AgentOutcome], float | None]:
 
 
 def policy_engine(trainer: Any) -> Any:
-    """The engine the agents' model calls reach: the trainer's own model object (not a copy), so every rollout
-    samples from the weights as they are at this step, with the chat template arguments training uses."""
+    """The engine the agents' model calls reach, sampling from the weights as they are at this step with the chat
+    template arguments training uses: the trainer's colocated vLLM (which TRL syncs before each batch), else the
+    trainer's own model object (not a copy) through transformers."""
+    chat = dict(trainer.chat_template_kwargs or {})
+    if getattr(trainer, "use_vllm", False):
+        from .vllm_engine import ColocatedVLLMEngine
+
+        return ColocatedVLLMEngine(trainer.vllm_generation.llm, trainer.processing_class, chat_template_kwargs=chat)
     from ..capture import TransformersEngine
 
-    return TransformersEngine(trainer.model, trainer.processing_class,
-                              chat_template_kwargs=dict(trainer.chat_template_kwargs or {}))
+    return TransformersEngine(trainer.model, trainer.processing_class, chat_template_kwargs=chat)
 
 
 def agent_command(command: str, instruction: str) -> str:

@@ -176,9 +176,13 @@ class TrainSettings:
         if self.env_url:
             raise ConfigurationError("--agent runs each agent in its environment's sandbox on this machine: name the "
                                      "environment with --env (served here), not --env-url")
-        if self.vllm_mode != "none":
-            raise ConfigurationError("--agent samples every call from the trainer's own model with transformers; "
-                                     "leave --vllm-mode out")
+        if self.vllm_mode == "server":
+            raise ConfigurationError("--agent samples from the model being trained in this process: use --vllm-mode "
+                                     "colocate (or none); TRL's HarnessRolloutWorker drives a vLLM server "
+                                     "(docs/training.md#loop-owning-agents)")
+        if self.vllm_enable_sleep_mode:
+            raise ConfigurationError("--vllm-sleep puts the engine the agents call to sleep between steps: leave it "
+                                     "out with --agent")
         if self.eval_games:
             raise ConfigurationError("--eval-games plays TRL-driven games, not agents: leave it out with --agent")
         if not self.agent_timeout > 0:

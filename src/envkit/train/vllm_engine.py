@@ -1,0 +1,58 @@
+"""The capture proxy's engine on `envkit train --agent --vllm-mode colocate`: the trainer's own colocated vLLM.
+
+    engine = ColocatedVLLMEngine(trainer.vllm_generation.llm, trainer.processing_class, chat_template_kwargs)
+
+TRL syncs the trainer's weights into this engine before each generation batch (`rollout_func` included), so the
+agents sample from the policy as it is at this step. Each request is a token prompt; vLLM returns the sampled ids
+and, with TRL's `logprobs_mode="processed_logprobs"`, each one's log-probability under the sampling temperature
+(the full vocabulary: `top_k` off). One batch at a time reaches vLLM (the proxy gathers the sessions' calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["ColocatedVLLMEngine"]
+
+
+class ColocatedVLLMEngine:
+    """An engine (`envkit.capture.Engine`) over a `vllm.LLM` in this process and the model's tokenizer."""
+
+    def __init__(self, llm: Any, tokenizer: Any, *, model_name: str = "policy",
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_context: int | None = int(llm.llm_engine.model_config.max_model_len)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._lock = threading.Lock()
+
+    async def generate(self, requests: Sequence[Any]) -> list[Any]:
+        return await asyncio.to_thread(self.generate_now, requests)
+
+    def generate_now(self, requests: Sequence[Any]) -> list[Any]:
+        """`generate`, in the calling thread."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        from ..capture import EngineError, Generation
+
+        prompts = [TokensPrompt(prompt_token_ids=list(request.prompt_ids)) for request in requests]
+        params = [SamplingParams(temperature=request.sampling.temperature, top_p=request.sampling.top_p, top_k=0,
+                                 max_tokens=request.sampling.max_tokens, seed=request.sampling.seed, logprobs=0)
+                  for request in requests]
+        with self._lock:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        results = []
+        for output in outputs:
+            sample = output.outputs[0]
+            ids = list(sample.token_ids)
+            if sample.logprobs is None or len(sample.logprobs) != len(ids):
+                raise EngineError("the colocated vLLM engine returned no log-probability for some sampled ids")
+            logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs, ids, strict=True)]
+            results.append(Generation(completion_ids=ids, logprobs=logprobs,
+                                      finish_reason="length" if sample.finish_reason == "length" else "stop"))
+        return results
