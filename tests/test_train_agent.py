@@ -298,20 +298,26 @@ def test_train_agent_end_to_end(tmp_path: Path, openenv_python: str) -> None:
     assert NoteTask.opened and not any(sandbox.alive for sandbox in NoteTask.opened)
 
 
+@pytest.mark.parametrize("vllm_mode", ["none", pytest.param("colocate", marks=[pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here (.ci/run's .venv-vllm has it)"),
+    pytest.mark.timeout(900)])])
 @needs_parts
-def test_a_loop_owning_agent_learns(tmp_path: Path) -> None:
+def test_a_loop_owning_agent_learns(vllm_mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-call agent of this file (`NOTE_AGENT`, a shell command) writes the model's reply as a note scored by its
-    length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0. The
-    mean reward of the last 3 steps must beat the first 3 steps' by 1.0 (figures, other seeds and the controls:
-    docs/training.md#loop-owning-agents)."""
+    length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0,
+    sampled through transformers or the trainer's colocated vLLM (its CPU build). The mean reward of the last 3 steps
+    must beat the first 3 steps' by 1.0 (figures, other seeds and the controls: docs/training.md#loop-owning-agents).
+    """
     import shlex
 
     from envkit.train.runner import run
 
     settings = TrainSettings(env=["test_train_agent:LongNoteTask"], agent="python3 -I -c " + shlex.quote(NOTE_AGENT),
                              max_steps=8, batch_size=8, num_generations=4, max_completion_length=48,
-                             max_tool_calling_iterations=2, learning_rate=1e-3, seed=0,
+                             max_tool_calling_iterations=2, learning_rate=1e-3, seed=0, vllm_mode=vllm_mode,
                              output_dir=str(tmp_path / "out"), save_model=False)
+    for name, value in {"VLLM_CPU_CI_ENV": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
+        monkeypatch.setenv(name, value)
     summary = run(settings, say=lambda message: None, show_steps=False)
     assert (summary.steps, summary.episodes, summary.lost) == (8, 64, 0), summary.lost_reasons
     rewards = [json.loads(line)["reward"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]

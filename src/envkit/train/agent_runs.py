@@ -165,17 +165,23 @@ class AgentRollouts:
         self.tally = tally
         self.rows_of = rows_of
         self.proxy: Any = None
+        self.engine: Any = None
         self._write = threading.Lock()
 
     def __call__(self, prompts: list[Any], trainer: Any) -> list[Rollout]:
         if self.proxy is None:
             from ..capture import CaptureProxy
 
-            self.proxy = CaptureProxy(policy_engine(trainer)).start()
+            self.engine = policy_engine(trainer)
+            self.proxy = CaptureProxy(self.engine).start()
         rows = self.rows_of(trainer)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="envkit-agent") as pool:
-            rollouts = list(pool.map(self._episode, rows))
+            waited = [pool.submit(self._episode, row) for row in rows]
+            serve = getattr(self.engine, "serve_until", None)
+            if serve is not None:   # an engine that must generate on this thread (colocated vLLM)
+                serve(waited)
+            rollouts = [future.result() for future in waited]
         self.tally.env_seconds += time.perf_counter() - started
         from ..capture import write_traces
 
