@@ -27,7 +27,6 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -175,14 +174,12 @@ class AgentRollouts:
             self.engine = policy_engine(trainer)
             self.proxy = CaptureProxy(self.engine).start()
         rows = self.rows_of(trainer)
-        started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="envkit-agent") as pool:
             waited = [pool.submit(self._episode, row) for row in rows]
             serve = getattr(self.engine, "serve_until", None)
             if serve is not None:   # an engine that must generate on this thread (colocated vLLM)
                 serve(waited)
             rollouts = [future.result() for future in waited]
-        self.tally.env_seconds += time.perf_counter() - started
         from ..capture import write_traces
 
         write_traces(self.traces_path, [rollout.trace for rollout in rollouts], append=True)
@@ -197,7 +194,10 @@ class AgentRollouts:
         name = row.get("environment") if row.get("environment") in self.env_classes else next(iter(self.env_classes))
         arguments = {key: value for key, value in row.items() if key not in ("prompt", "environment")
                      and value is not None}
-        episode = AgentEpisode(self.proxy, self.env_classes[name](), self.setup)
+        try:
+            episode = AgentEpisode(self.proxy, self.env_classes[name](), self.setup)
+        except Exception as error:  # noqa: BLE001 - an environment that cannot be built loses its episode only
+            return self._lost(name, error, {"schema_version": 1, "turns": []})
         try:
             result = episode.run(arguments)
             reward = episode.reward(bool(result.timed_out))
@@ -206,12 +206,15 @@ class AgentRollouts:
             self._count(finished=True, calls=outcome.tool_call_count, failures=outcome.tool_failure_count)
             return Rollout(trace, reward, outcome.tool_call_count, outcome.tool_failure_count, bool(result.timed_out))
         except Exception as error:  # noqa: BLE001 - any failure of the episode makes it unscorable, and is counted
-            reason = f"{name}: {type(error).__name__}: {error}"
-            logger.warning("agent episode lost (%s)", reason)
-            self._count(finished=False, lost=reason)
-            return Rollout(episode.session.trace(reward=None, environment=name, lost=reason), None)
+            return self._lost(name, error, episode.session.trace(reward=None, environment=name, lost=str(error)))
         finally:
             episode.close()
+
+    def _lost(self, name: str, error: Exception, trace: dict[str, Any]) -> Rollout:
+        reason = f"{name}: {type(error).__name__}: {error}"
+        logger.warning("agent episode lost (%s)", reason)
+        self._count(finished=False, lost=reason)
+        return Rollout(trace, None)
 
     def _count(self, *, finished: bool, calls: int = 0, failures: int = 0, lost: str | None = None) -> None:
         with self._write:
