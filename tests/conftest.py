@@ -60,12 +60,15 @@ def counter_url() -> Iterator[str]:
 REPO = TESTS_DIR.parent
 
 
-def third_party_python(name: str, requirement: str, module: str, override: str, *, sees_runner: bool = False) -> str:
+def third_party_python(name: str, requirement: str, module: str, override: str, *, sees_runner: bool = False,
+                       base_python: str | None = None) -> str:
     """The python of a third-party client's own venv: `$override` if set, else `benchmarks/.venv-NAME`,
     created and `pip install`ed on first use (reused as it is afterwards).
 
     `sees_runner`: the venv also sees the packages of the interpreter running the tests (torch, trl, envkit),
     for clients that must run beside them; its own packages come first.
+    `base_python`: the interpreter the venv is made from (`python -m venv`), for packages that need another Python
+    than the one running the tests; by default that one.
     """
     configured = os.environ.get(override)
     if configured:
@@ -73,7 +76,10 @@ def third_party_python(name: str, requirement: str, module: str, override: str, 
     home = REPO / "benchmarks" / f".venv-{name}"
     python = home / "bin" / "python"
     if not python.exists():
-        venv.create(home, with_pip=True)
+        if base_python:
+            subprocess.run([base_python, "-m", "venv", str(home)], check=True)
+        else:
+            venv.create(home, with_pip=True)
         if sees_runner:
             site = next(home.glob("lib/python*/site-packages"))
             (site / "_runner_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,14 @@ def leftovers(server_pid: int | None = None) -> dict[str, int]:
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"{PREFIX}{pid}-" in line]
     return {"processes": len(sandbox_processes(pid)), "cgroups": len(cgroups), "containers": containers,
             "mounts": len(mounts)}
+
+
+def back_to(before: dict[str, int], timeout_s: float = 15.0) -> bool:
+    """Whether, within `timeout_s`, this process's sandboxes hold no more than `before` (a count taken while
+    others were still open or being torn down, which may since have gone)."""
+    deadline = time.monotonic() + timeout_s
+    while any(count > before[name] for name, count in leftovers().items()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True

@@ -19,6 +19,7 @@ from .errors import (
     ConfigurationError,
     EnvConnectionError,
     EnvError,
+    EnvironmentLostError,
     EnvkitError,
     ProtocolError,
     SessionLostError,
@@ -41,7 +42,7 @@ _LAZY = {
 __all__ = [
     "Action", "AuthenticationError", "CapacityError", "ClientError", "ConfigurationError", "EnvClient",
     "EnvConnectionError", "EnvError",
-    "Environment", "EnvkitError", "Metric", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
+    "Environment", "EnvironmentLostError", "EnvkitError", "Metric", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
     "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnknownSplitError", "create_app", "run_server", "tool",
     "tool_specs", "__version__",
 ]

@@ -148,6 +148,17 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
         """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
         return None
 
+    @classmethod
+    def task_instruction(cls, task: dict[str, Any]) -> str:
+        """What `task` asks, as a catalogue lists it without starting an episode (the Harbor Task API's
+        `instruction`): `task_prompt(task)`, or "" when the instruction only comes with the first observation.
+
+        Override it where the instruction is known before reset but is not a prompt of its own (a Harbor task's
+        `instruction.md`, which is also its first observation). Quick and side-effect free: servers call it per
+        listed task.
+        """
+        return cls.task_prompt(task) or ""
+
     def episode_metrics(self) -> dict[str, float]:
         """The current episode's value of every metric in `METRICS` (quick, no I/O: servers call it after each move).
 

@@ -13,6 +13,7 @@ __all__ = [
     "EnvkitError",
     "ToolDefinitionError",
     "ConfigurationError",
+    "EnvironmentLostError",
     "ClientError",
     "EnvConnectionError",
     "CapacityError",
@@ -33,6 +34,14 @@ class ToolDefinitionError(EnvkitError, TypeError):
 
 class ConfigurationError(EnvkitError, ValueError):
     """`create_app` or `envkit serve` was given settings that cannot work together."""
+
+
+class EnvironmentLostError(EnvkitError):
+    """Raised by an environment whose session cannot go on because what it holds is gone (its container died).
+
+    The server ends that session on every surface (WebSocket close code 4410), so its client gets
+    `SessionLostError` and never a fresh game in its place.
+    """
 
 
 class ClientError(EnvkitError):

@@ -110,6 +110,7 @@ class CloseCode(IntEnum):
     CAPACITY = 1013
     IDLE_TIMEOUT = 4408
     SESSION_UNAVAILABLE = 4404
+    ENVIRONMENT_LOST = 4410
 
 
 _CLOSE_REASONS = {
@@ -121,6 +122,7 @@ _CLOSE_REASONS = {
     CloseCode.CAPACITY: "server at capacity",
     CloseCode.IDLE_TIMEOUT: "idle timeout",
     CloseCode.SESSION_UNAVAILABLE: "no such session to attach to",
+    CloseCode.ENVIRONMENT_LOST: "the session's environment was lost",
     1006: "connection dropped without a close frame",
 }
 

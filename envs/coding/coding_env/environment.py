@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
 import uuid
 from typing import Any
 
@@ -14,10 +17,13 @@ from .models import CodingAction, CodingObservation, CodingState, Kind
 from .problems import Problem, humaneval_ids, problem
 from .train_problems import train_ids
 
-__all__ = ["CodingEnvironment", "LIMITS"]
+__all__ = ["CodingEnvironment", "LIMITS", "AGENT_LIMITS"]
 
 #: What one session's sandbox may use; time limits are per command.
 LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10.0, memory_mb=512, processes=64, output_bytes=200_000, disk_mb=64)
+#: The same for a loop-owning agent's sandbox: the agent's whole run is one command, its own process included.
+AGENT_LIMITS = SandboxLimits(wall_s=600.0, cpu_s=300.0, memory_mb=1024, processes=64, output_bytes=200_000,
+                             disk_mb=64)
 #: Seconds one hidden test may run, and the whole grading run.
 TEST_TIMEOUT_S = 5.0
 GRADE_TIMEOUT_S = 30.0
@@ -25,6 +31,9 @@ GRADE_TIMEOUT_S = 30.0
 SHOWN_CHARS = 4000
 #: Characters of code run_python takes (it travels as one command-line argument); longer code goes in a file.
 MAX_CODE_CHARS = 100_000
+AGENT_INSTRUCTIONS = (f"Write the Python function below in {SOLUTION} in your work folder (it holds the signature "
+                      "and docstring now), and try it with python3 there. Stop when it is done: hidden tests decide "
+                      "the reward.")
 INSTRUCTIONS = (f"Write the Python function below in {SOLUTION} in your work folder (it holds the signature and "
                 "docstring now). Use run_examples to try the examples of the docstring, run_command and run_python "
                 "to experiment, and submit when it is done: hidden tests decide the reward.")
@@ -37,6 +46,10 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
     `train` split 106 of envkit's own); `reset(seed=...)` draws a train task. The sandbox (local
     bubblewrap or a Docker container, `ENVKIT_SANDBOX`) opens at the first tool call and closes with
     the session or at the next reset.
+
+    A loop-owning agent plays an episode in the sandbox itself: after reset, `agent_sandbox()` opens the session's
+    sandbox with a channel folder for the agent's model server, the agent gets `agent_instruction()`, and
+    `finish_episode()` grades solution.py and returns the reward.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -54,6 +67,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
     def __init__(self) -> None:
         self._sandbox: Sandbox | None = None
+        self._channel: str | None = None
         self._problem: Problem | None = None
         self._episode_id: str | None = None
         self._calls = self._runs = self._timeouts = 0
@@ -121,6 +135,39 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
     def close(self) -> None:
         """End the sandbox and everything running in it."""
         self._close_sandbox()
+
+    # -- loop-owning agents
+
+    def agent_sandbox(self, channel_dir: str | None = None) -> Sandbox:
+        """The episode's sandbox for a loop-owning agent, opened now (with `AGENT_LIMITS`) if it is not yet: its
+        work folder holds solution.py, and its `channel_dir` is the host folder where the agent's model server
+        listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a folder of the
+        session's own, removed with the sandbox. The session's tool calls run in the same sandbox."""
+        if self._sandbox is not None and self._sandbox.channel_dir is None:
+            raise ValueError("this episode's sandbox was opened by a tool call, without a channel for an agent: "
+                             "call agent_sandbox() right after reset()")
+        if self._sandbox is not None and channel_dir is not None \
+                and self._sandbox.channel_dir != os.path.realpath(channel_dir):
+            raise ValueError(f"this episode's sandbox already has the channel folder {self._sandbox.channel_dir}; "
+                             "call agent_sandbox() again without channel_dir, or reset() first")
+        if self._sandbox is None:
+            if channel_dir is None:
+                self._channel = self._channel or tempfile.mkdtemp(prefix="envkit-channel-")
+            self._start_sandbox(AGENT_LIMITS, channel_dir or self._channel)
+        assert self._sandbox is not None
+        return self._sandbox
+
+    def agent_instruction(self) -> str:
+        """The task as a loop-owning agent reads it: what to do, then the function's signature and docstring."""
+        return f"{AGENT_INSTRUCTIONS}\n\n{self._require_problem().prompt}"
+
+    def finish_episode(self) -> float:
+        """Grade solution.py with the hidden tests, end the episode and return the reward (the share passed);
+        again after that, the same reward."""
+        if self._verdict is None:
+            self._graded("Finished.")
+        assert self._verdict is not None
+        return self._verdict.share
 
     # -- tools
 
@@ -212,15 +259,22 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
     def _open_sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            sandbox = open_sandbox(limits=LIMITS)
-            sandbox.write_file(SOLUTION, self._require_problem().prompt)
-            self._sandbox = sandbox
+            self._start_sandbox(LIMITS, None)
+        assert self._sandbox is not None
         return self._sandbox
+
+    def _start_sandbox(self, limits: SandboxLimits, channel_dir: str | None) -> None:
+        sandbox = open_sandbox(limits=limits, channel_dir=channel_dir)
+        sandbox.write_file(SOLUTION, self._require_problem().prompt)
+        self._sandbox = sandbox
 
     def _close_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
+        channel, self._channel = self._channel, None
         if sandbox is not None:
             sandbox.close()
+        if channel is not None:
+            shutil.rmtree(channel, ignore_errors=True)
 
     def _require_problem(self) -> Problem:
         if self._problem is None:

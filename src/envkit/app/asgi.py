@@ -20,6 +20,7 @@ from ..environment import Action, Environment, Observation
 from ..episode_metrics import check_metrics
 from ..errors import ConfigurationError
 from ..surfaces.documents import Documents, build_router
+from ..surfaces.harbor_tasks import HarborTaskApi
 from ..core.http_exchange import ExchangeEndpoint, RawHeaders, respond
 from ..surfaces.mcp import McpEndpoint
 from ..surfaces.ors import OrsSurface
@@ -50,7 +51,9 @@ def create_app(
 ) -> FastAPI:
     """Build a FastAPI app serving `env` at WebSocket `/ws` (one environment per connection) and `/mcp`.
 
-    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.surfaces.ors`).
+    The same sessions are also open to Open Reward Standard clients at the server's root (`envkit.surfaces.ors`), and
+    an environment with task splits lists them under `/harbor_env/` as OpenEnv's Harbor Task API
+    (`envkit.surfaces.harbor_tasks`).
 
     Args:
         env: the environment class, or a factory returning a fresh environment per session.
@@ -113,6 +116,9 @@ def create_app(
     app.add_api_websocket_route("/ws", handler)
     app.serve_directly(["/mcp"], McpEndpoint(served, name, documents.metadata["description"]))
     app.serve_directly(ors.paths(), ors)
+    if HarborTaskApi.serves(env_class):   # after ORS: an environment named harbor_env keeps OpenEnv's Task API there
+        task_api = HarborTaskApi(served)
+        app.serve_directly(task_api.paths(), task_api)
     app.include_router(build_router(documents, other_tool_listing=ors.listing_for))
     documents.metadata["web"] = mount_web(app, env_class, documents.metadata)
     return app

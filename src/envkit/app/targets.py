@@ -3,6 +3,8 @@
 A `module:Class` target names a module importable from the working folder (`guess:GuessEnvironment`) or a
 file (`./guess.py:GuessEnvironment`).
 
+A folder of Harbor tasks (or one task: a folder with `task.toml`) is served by `envkit.harbor`.
+
 An env folder is a Space-ready package whose `pyproject.toml` has a `[tool.envkit]` table:
 
     [tool.envkit]
@@ -205,6 +207,16 @@ def resolve_target(target: str) -> EnvTarget:
 
 
 def _target_from_folder(folder: Path) -> EnvTarget:
+    from ..harbor import HarborTaskError, harbor_environment, is_task_collection
+
+    if is_task_collection(folder):   # a Harbor task, or a folder of them
+        try:
+            env_class = harbor_environment(folder)
+        except HarborTaskError as error:
+            raise TargetError(str(error)) from None
+        target = _target_from_class(env_class, str(folder))
+        target.name, target.root = folder.name, folder
+        return target
     manifest = read_manifest(folder)
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))

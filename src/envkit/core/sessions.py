@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterator, Protocol
 from pydantic import BaseModel
 
 from ..environment import Action, Environment, Observation
+from ..errors import EnvironmentLostError
 from ..protocol import CloseCode
 from ..tools import ToolSpec
 from .memory import release_memory
@@ -56,6 +57,12 @@ def _give_up(waiter: asyncio.Future[bool]) -> None:
     """A slot wait's time is up: no slot (unless one was handed over already)."""
     if not waiter.done():
         waiter.set_result(False)
+
+
+def _close_text(text: str) -> str:
+    """`text` cut to what a WebSocket close frame carries (123 bytes of UTF-8)."""
+    data = text.encode()
+    return text if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
 
 
 def new_session_id() -> str:
@@ -105,17 +112,26 @@ class Session:
 
         `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
         """
-        if self._inline:
-            result = function(*args, **kwargs)
-        else:
-            result = await self.pool.run_in_worker(partial(function, *args, **kwargs))
-        if not isinstance(result, BaseModel) and inspect.isawaitable(result):  # a model: skip the slower ABC check
-            result = await result
+        try:
+            if self._inline:
+                result = function(*args, **kwargs)
+            else:
+                result = await self.pool.run_in_worker(partial(function, *args, **kwargs))
+            if not isinstance(result, BaseModel) and inspect.isawaitable(result):  # a model: skip the slower ABC check
+                result = await result
+        except EnvironmentLostError as error:
+            await self.lost(error)
+            raise
         return result
+
+    async def lost(self, error: EnvironmentLostError) -> None:
+        """The environment said what it holds is gone: end the session, so that no later call reaches it."""
+        logger.warning("session %s ended: its environment was lost (%s)", self.id, error)
+        await self.end(CloseCode.ENVIRONMENT_LOST, _close_text(f"environment lost: {error}"))
 
     async def reset(self, kwargs: dict[str, Any]) -> Observation:
         if self._async_reset:
-            observation = await self.env.reset_async(**kwargs)
+            observation = await self._lost_guard(self.env.reset_async(**kwargs))
         else:
             observation = await self.run(self.env.reset, **kwargs)
         self.has_reset = True
@@ -123,11 +139,18 @@ class Session:
 
     async def step(self, action: Action) -> Observation:
         if self._async_step:
-            return await self.env.step_async(action)
+            return await self._lost_guard(self.env.step_async(action))
         if self._inline:   # `run`'s work without its frame: the step path of inline environments
             result = self.env.step(action)
             return result if isinstance(result, BaseModel) or not inspect.isawaitable(result) else await result
         return await self.run(self.env.step, action)
+
+    async def _lost_guard(self, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except EnvironmentLostError as error:
+            await self.lost(error)
+            raise
 
     async def state(self) -> Any:
         return await self.run(getattr, self.env, "state")

@@ -22,7 +22,7 @@ from ..client.ors_client import OrsServer
 from ..environment import Environment, UnknownSplitError
 from ..episode_metrics import metrics_from_metadata
 from ..errors import ConfigurationError, EnvkitError
-from ..play.binding import ServedEnvironment, bind
+from ..play.binding import ServedEnvironment, bind, free_sessions
 from ..play.games import dataset_games, play_and_score, split_games
 from ..play.loop import Game
 from ..play.models import TINY, chat_template_kwargs, load_play_settings, model_defaults
@@ -238,8 +238,7 @@ def _check_capacity(urls: Mapping[str, str], games: Sequence[Game]) -> None:
 
     for name, url in urls.items():
         wanted = sum(1 for game in games if game.env == name)
-        health = EnvClient(url).sync().health()
-        free = int(health.get("max_sessions", wanted)) - int(health.get("active_sessions", 0))
+        free = free_sessions(url, wanted)
         if free < wanted:
             raise EnvConnectionError(url, f"{name} has room for {free} more sessions but every game plays at once "
                                      f"({wanted} games); start the server with --max-concurrent-envs {wanted} or "

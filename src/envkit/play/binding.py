@@ -454,6 +454,19 @@ def tool_names(cls: type[ServedEnvironment]) -> list[str]:
                   and name not in RESERVED_NAMES)
 
 
+def free_sessions(url: str, wanted: int, *, wait_s: float = 30.0) -> int:
+    """How many more sessions the server at `url` admits, waiting up to `wait_s` while it has fewer than `wanted`
+    free: sessions just closed (the probe of `bind` among them) give their slot back once their environment has
+    closed, which for a container takes a moment."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        health = EnvClient(url).sync().health()
+        free = int(health.get("max_sessions", wanted)) - int(health.get("active_sessions", 0))
+        if free >= wanted or time.monotonic() >= deadline or not int(health.get("active_sessions", 0)):
+            return free
+        time.sleep(0.2)
+
+
 def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
     """Names of the reward components a fresh episode reports (`reward_components` in its observation)."""
     with EnvClient(url, **client_options).sync() as probe:

@@ -172,6 +172,32 @@ def validate_folder(folder: Path) -> Report:
     return report
 
 
+def validate_tasks(folder: Path) -> Report:
+    """Check a folder of Harbor tasks: every task reads, has its oracle's solution, and its image builds; then the
+    environment's tools and splits, as for any environment."""
+    from ..harbor import HarborTaskError, find_tasks
+    from ..harbor.images import task_image
+    from ..sandbox import SandboxUnavailableError
+
+    report = Report(str(folder))
+    target = _check_import(report, str(folder.resolve()), str(folder))
+    if target is None:
+        return report
+    tasks = [task for split in find_tasks(folder).values() for task in split]
+    report.add("solutions", [f"task {task.name} has no solution/solve.sh: `envkit eval --policy oracle` cannot play it"
+                             for task in tasks if not (task.solution_dir / "solve.sh").is_file()],
+               f"{len(tasks)} task(s), each with solution/solve.sh", warn=True)
+    problems = []
+    for task in tasks:
+        try:
+            task_image(task)
+        except (HarborTaskError, SandboxUnavailableError) as error:
+            problems.append(str(error))
+    report.add("images", problems, f"{len(tasks)} image(s) built from environment/ (or found built)")
+    _check_environment(report, target, {})
+    return report
+
+
 def validate_class(spec: str) -> Report:
     """Check an environment class given as `module:Class`: that it imports, its tools, tasks and limits."""
     report = Report(spec)
@@ -702,7 +728,9 @@ def validate(target: str) -> Report:
     if is_file_target(target):
         return validate_class(target)
     if folder.exists() or "/" in target or target.startswith("."):
-        return validate_folder(folder)
+        from ..harbor import is_task_collection
+
+        return validate_tasks(folder) if is_task_collection(folder) else validate_folder(folder)
     if ":" in target:
         return validate_class(target)
     bundled = bundled_envs()

@@ -8,6 +8,7 @@
 
 Backends: "local" (bubblewrap), "docker" (a container per session), "auto" (local if bubblewrap works here, else
 docker, else `SandboxUnavailableError` naming what to install); `ENVKIT_SANDBOX=local|docker` chooses for "auto".
+`channel_dir=` binds a host folder read-only at /run/envkit, for the host's unix sockets: a sandbox's one way out.
 See docs/environments.md#sandboxes.
 """
 
@@ -15,40 +16,63 @@ from __future__ import annotations
 
 import os
 
-from .base import RunResult, Sandbox, SandboxError, SandboxLimits, SandboxPathError, SandboxUnavailableError
+from .base import (RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
+                   SandboxUnavailableError)
 from .pool import close_pools, pool_for
 
-__all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxPathError",
-           "SandboxUnavailableError", "close_pools", "BACKENDS"]
+__all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
+           "SandboxPathError", "SandboxUnavailableError", "close_pools", "BACKENDS"]
 
 BACKENDS = ("auto", "local", "docker")
 #: The image a docker sandbox runs when none is named.
 DEFAULT_IMAGE = "python:3.11-slim"
 
 
-def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, image: str | None = None) -> Sandbox:
+def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, image: str | None = None,
+                 channel_dir: str | None = None) -> Sandbox:
     """A started sandbox, ready for its first command; close it (or use `with`) when its session ends.
 
     Args:
         backend: "local", "docker" or "auto" (see the module's docstring).
         limits: what the sandbox may use; default `SandboxLimits()`.
         image: the docker backend's image (default python:3.11-slim); naming one makes "auto" choose docker.
+        channel_dir: a host folder the sandbox sees, read-only, at `/run/envkit`: the only way out of it, for unix
+            sockets the host listens on there (`Sandbox.admit` lets the sandbox connect to one). The folder stays the
+            caller's; a sandbox with one is started for it, not taken from a warm pool.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     limits = SandboxLimits() if limits is None else limits
     if not isinstance(limits, SandboxLimits):
         raise ValueError(f"limits must be a SandboxLimits; got {type(limits).__name__}")
+    channel = None if channel_dir is None else _channel(channel_dir)
     chosen = _choose(backend, image)
     if chosen == "local":
         if image is not None:
             raise ValueError("the local backend runs the host's /usr, not an image; leave image out or use docker")
         from .local import LocalSandbox
+        if channel is not None:
+            return LocalSandbox(limits, channel).start().wait_ready()
         return pool_for(("local", limits), lambda: LocalSandbox(limits)).take()
     from .docker import DockerSandbox, docker_facilities
     image = image or DEFAULT_IMAGE
     docker_facilities().check_image(image)
+    if channel is not None:
+        return DockerSandbox(limits, image, channel).start().wait_ready()
     return pool_for(("docker", limits, image), lambda: DockerSandbox(limits, image)).take()
+
+
+def _channel(channel_dir: str | os.PathLike[str]) -> str:
+    """The channel folder's real path, checked: an existing folder whose path a bind mount can carry."""
+    if not isinstance(channel_dir, (str, os.PathLike)):
+        raise ValueError(f"channel_dir must be a folder's path; got {type(channel_dir).__name__}")
+    real = os.path.realpath(channel_dir)
+    if not os.path.isdir(real):
+        raise ValueError(f"channel_dir {str(channel_dir)!r} is not a folder: make it first (tempfile.mkdtemp())")
+    if any(mark in real for mark in ",:\n\0"):
+        raise ValueError(f"channel_dir {real!r} has a comma, colon or newline, which a bind mount cannot carry; "
+                         "use a plainer path")
+    return real
 
 
 def _choose(backend: str, image: str | None) -> str:

@@ -1,6 +1,6 @@
 """The program that runs inside every sandbox, as its process 1: it runs commands and moves files for the host.
 
-Started as `python3 -I -S -c SOURCE LIMITS_JSON` by both backends (bubblewrap with `--as-pid-1`, a container's
+Started as `python3 -I -S -c SOURCE LIMITS_JSON [OPTIONS_JSON]` by both backends (bubblewrap with `--as-pid-1`, a container's
 command), it reads one JSON request a line on stdin and answers one JSON line on stdout. Being process 1 of the
 sandbox's pid namespace, it ends every other process there after each command (`kill(-1, SIGKILL)`), and when its
 stdin closes (the session closed, or the server died) it exits, which ends the whole namespace.
@@ -9,6 +9,7 @@ Standard library only: it runs on whatever Python the sandbox has.
 """
 
 import base64
+import io
 import json
 import os
 import resource
@@ -17,9 +18,12 @@ import signal
 import stat
 import subprocess
 import sys
+import tarfile
 import time
 
+#: The work folder commands run in; file requests stay inside it unless the sandbox is not confined (options).
 WORKDIR = "/work"
+CONFINED = True
 CHUNK = 65536
 
 
@@ -53,11 +57,13 @@ def command_limits(limits):
     memory = limits["memory_mb"] << 20
     disk = limits["disk_mb"] << 20
 
+    rlimits = [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
+               (resource.RLIMIT_FSIZE, disk, disk), (resource.RLIMIT_NOFILE, 256, 256), (resource.RLIMIT_CORE, 0, 0)]
+    if os.getuid() != 0:   # root's count would be the host's; a container's pids limit bounds root's processes
+        rlimits.append((resource.RLIMIT_NPROC, limits["processes"], limits["processes"]))
+
     def apply():
-        for name, value, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
-                                  (resource.RLIMIT_FSIZE, disk, disk), (resource.RLIMIT_NOFILE, 256, 256),
-                                  (resource.RLIMIT_NPROC, limits["processes"], limits["processes"]),
-                                  (resource.RLIMIT_CORE, 0, 0)):
+        for name, value, hard in rlimits:
             resource.setrlimit(name, (value, hard))
     return apply
 
@@ -73,6 +79,7 @@ def run(request, limits):
     try:
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    cwd=WORKDIR, start_new_session=True, pass_fds=pass_fds,
+                                   env={**os.environ, **request["env"]} if request.get("env") else None,
                                    preexec_fn=command_limits(limits))
     except OSError as error:
         return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(
@@ -143,9 +150,10 @@ def collect(process, request, limits, started):
 
 
 def resolve(path, must_exist):
-    """The real path of `path` in the work folder; refuses anything that is, or leads, outside it."""
+    """The real path of `path` in the work folder; refuses anything that is, or leads, outside it (in a confined
+    sandbox)."""
     full = os.path.realpath(os.path.join(WORKDIR, path))
-    if full != WORKDIR and not full.startswith(WORKDIR + "/"):
+    if CONFINED and full != WORKDIR and not full.startswith(WORKDIR + "/"):
         raise PathRefused(f"{path!r} leads outside the work folder {WORKDIR}")
     if must_exist and not os.path.lexists(full):
         raise PathRefused(f"no file {path!r} in the work folder")
@@ -171,7 +179,7 @@ def open_checked(full, path, flags):
 def write(request, limits):
     full = resolve(request["path"], must_exist=False)
     os.makedirs(os.path.dirname(full), exist_ok=True)
-    resolve(os.path.relpath(os.path.dirname(full), WORKDIR), must_exist=True)
+    resolve(os.path.dirname(full), must_exist=True)
     fd = open_checked(full, request["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         data = base64.b64decode(request["data"])
@@ -193,11 +201,23 @@ def read(request, limits):
     return {"data": base64.b64encode(data).decode()}
 
 
-HANDLERS = {"run": run, "write": write, "read": read}
+def unpack(request, limits):
+    """Extract a tar archive into an absolute folder (made if missing); the host's own files, e.g. a task's tests."""
+    os.makedirs(request["dest"], exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(request["data"]))) as archive:
+        archive.extractall(request["dest"], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return {}
+
+
+HANDLERS = {"run": run, "write": write, "read": read, "unpack": unpack}
 
 
 def main():
+    global WORKDIR, CONFINED
     limits = json.loads(sys.argv[1])
+    options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    WORKDIR, CONFINED = options.get("workdir", WORKDIR), options.get("confined", CONFINED)
+    os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
     reply({"ready": True, "pid": os.getpid()})
     for line in sys.stdin.buffer:

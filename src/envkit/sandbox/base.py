@@ -8,10 +8,13 @@ and with it every process of the sandbox; so does the server's death, which clos
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import select
+import stat
 import subprocess
+import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,12 +23,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
-__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxPathError", "SandboxUnavailableError"]
+from ..errors import EnvironmentLostError
+
+__all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
+           "SandboxUnavailableError"]
 
 T = TypeVar("T")
 
 #: The work folder as commands see it.
 WORKDIR = "/work"
+#: Where a sandbox opened with a channel folder sees it (read-only): the one way out of a sandbox with no network.
+CHANNEL = "/run/envkit"
 #: Seconds the host waits past a command's own timeout before it gives up on the agent and ends the sandbox.
 GRACE_S = 5.0
 #: Seconds a new sandbox may take to say it is ready.
@@ -34,6 +42,11 @@ START_TIMEOUT_S = 60.0
 
 class SandboxError(RuntimeError):
     """A sandbox could not do what was asked (it is closed, was ended, or an OS error inside)."""
+
+
+class SandboxLostError(SandboxError, EnvironmentLostError):
+    """The sandbox died or stopped answering (its container was removed, its agent killed): its files are gone.
+    Raised from an environment's tool, it ends the session, whose client gets `SessionLostError`."""
 
 
 class SandboxPathError(SandboxError, ValueError):
@@ -147,6 +160,17 @@ def _spawner() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="envkit-sandbox-spawn")
 
 
+def share(path: str, uid: int | None, other_bits: int) -> None:
+    """Make `path` reachable by a sandbox whose processes run as host `uid` (None: as this process): owned by that
+    uid when this process may give it away (root), else `other_bits` added for everyone. Never follows a symlink."""
+    if uid is None or uid == os.geteuid():
+        return
+    if os.geteuid() == 0:
+        os.chown(path, uid, -1, follow_symlinks=False)
+    else:
+        os.chmod(path, os.lstat(path).st_mode & 0o7777 | other_bits)
+
+
 def relative_path(path: str) -> str:
     """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the agent
     then refuses symlinks that lead out)."""
@@ -168,9 +192,14 @@ class Sandbox:
 
     backend: ClassVar[str]
     workdir: str = WORKDIR
+    #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
+    confined: ClassVar[bool] = True
 
-    def __init__(self, limits: SandboxLimits) -> None:
+    def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         self.limits = limits
+        #: The host folder the sandbox sees at `CHANNEL`, or None.
+        self.channel_dir = channel_dir
+        self._uid: int | None = None
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()
@@ -189,12 +218,35 @@ class Sandbox:
     def _cleanup(self) -> None:
         """Remove what the sandbox left on the host once its process has ended; default nothing."""
 
+    @property
+    def host_uid(self) -> int | None:
+        """The host uid the sandbox's processes run as, when it has one of its own (None: this process's)."""
+        return self._uid
+
+    def admit(self, path: str) -> None:
+        """Let this sandbox's processes connect to the unix socket at `path`, in its channel folder (a socket the
+        host made there after the sandbox opened, such as a proxy's; it keeps its other permissions)."""
+        if self.channel_dir is None:
+            raise SandboxError("this sandbox has no channel folder: open it with open_sandbox(channel_dir=...)")
+        if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(self.channel_dir):
+            raise SandboxPathError(f"{path!r} is not directly in the sandbox's channel folder {self.channel_dir}")
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            raise SandboxError(f"no socket at {path}: start the server that listens there first") from None
+        if not stat.S_ISSOCK(found.st_mode):
+            raise SandboxError(f"{path} is not a unix socket")
+        share(path, self.host_uid, stat.S_IWOTH)
+
     # -- life
 
     def start(self) -> Sandbox:
         """Start the sandbox's process; `wait_ready` then waits for the agent's first line."""
-        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits))])
+        options = {"workdir": self.workdir, "confined": self.confined}
+        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
         try:
+            if self.channel_dir is not None:
+                share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=self._before_exec).result()
@@ -273,15 +325,18 @@ class Sandbox:
     # -- requests
 
     def run(self, command: str | Sequence[str], *, timeout_s: float | None = None,
-            stdin: str | bytes | None = None) -> RunResult:
-        """Run `command` (a string through `/bin/sh -c`, or an argument list) in the work folder."""
+            stdin: str | bytes | None = None, env: dict[str, str] | None = None) -> RunResult:
+        """Run `command` (a string through `/bin/sh -c`, or an argument list) in the work folder, with `env` added
+        to the sandbox's environment variables."""
         if isinstance(command, str):
             argv = ["/bin/sh", "-c", command]
         elif command and all(isinstance(part, str) for part in command):
             argv = list(command)
         else:
             raise ValueError(f"a command is a string or a non-empty list of strings; got {command!r}")
-        return self._run({"argv": argv}, timeout_s, stdin)
+        if env is not None and not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            raise ValueError(f"env maps names to string values; got {env!r}")
+        return self._run({"argv": argv, "env": env}, timeout_s, stdin)
 
     def run_python(self, source: str, *, timeout_s: float | None = None,
                    stdin: str | bytes | None = None) -> RunResult:
@@ -304,18 +359,34 @@ class Sandbox:
         """Write `data` to `path` in the work folder (parent folders are made)."""
         if not isinstance(data, (str, bytes)):
             raise ValueError(f"file data must be str or bytes; got {type(data).__name__}")
-        self._call({"op": "write", "path": relative_path(path), "data": _b64(data)}, GRACE_S + 30)
+        self._call({"op": "write", "path": self._path(path), "data": _b64(data)}, GRACE_S + 30)
 
     def read_file(self, path: str) -> bytes:
         """The bytes of the file at `path` in the work folder."""
-        return base64.b64decode(self._call({"op": "read", "path": relative_path(path)}, GRACE_S + 30)["data"])
+        return base64.b64decode(self._call({"op": "read", "path": self._path(path)}, GRACE_S + 30)["data"])
+
+    def copy_in(self, folder: Path, dest: str) -> None:
+        """Copy the host folder `folder` (its contents) to the absolute path `dest` inside, made if missing."""
+        if not dest.startswith("/"):
+            raise ValueError(f"copy_in takes an absolute destination; got {dest!r}")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(folder, arcname=".")
+        self._call({"op": "unpack", "dest": dest, "data": _b64(archive.getvalue())}, GRACE_S + 60)
+
+    def _path(self, path: str) -> str:
+        if self.confined:
+            return relative_path(path)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
+        return path
 
     def _call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         with self._lock:
             if self._closed:
                 raise SandboxError("the sandbox is closed")
             if self._broken is not None:
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
             assert self._process is not None and self._process.stdin is not None
             try:
                 self._process.stdin.write(json.dumps(request).encode() + b"\n")
@@ -328,7 +399,7 @@ class Sandbox:
                 self._broken = self._broken or (f"the {self.backend} sandbox stopped answering and was ended; "
                                                 "its files are gone: close this session and open another")
                 self._kill()
-                raise SandboxError(self._broken)
+                raise SandboxLostError(self._broken)
         if "error" in answer:
             raise (SandboxPathError if answer["error"] == "path" else SandboxError)(answer["message"])
         return answer

@@ -1,9 +1,10 @@
 """The docker backend: each sandbox is a container, its agent the container's process 1, attached by `docker run -i`.
 
 The container has no network, a read-only root, `/work` and `/tmp` as tmpfs of `disk_mb`, all capabilities
-dropped, no new privileges, a host uid of its own, and memory, CPU and process limits. It is removed when its
-agent exits: when the session closes its stdin, or when the server dies (the pipe closes; `--rm`). Containers carry
-the label `envkit.sandbox=<server pid>`; those of a server that died are removed when the next one starts.
+dropped, no new privileges, a host uid of its own, and memory, CPU and process limits; a channel folder, when given,
+is bound read-only at `/run/envkit`. It is removed when its agent exits: when the session closes its stdin, or when
+the server dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<server pid>`; those of a
+server that died are removed when the next one starts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from .base import UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
+from .base import CHANNEL, UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
 from .cgroups import _alive
 
 __all__ = ["DockerSandbox", "docker_facilities", "LABEL"]
@@ -84,16 +85,18 @@ class DockerSandbox(Sandbox):
 
     backend = "docker"
 
-    def __init__(self, limits: SandboxLimits, image: str) -> None:
-        super().__init__(limits)
+    def __init__(self, limits: SandboxLimits, image: str, channel_dir: str | None = None) -> None:
+        super().__init__(limits, channel_dir)
         self.image = image
         self._facilities = docker_facilities()
         self.name = self._facilities.new_name()
-        self._uid: int | None = UIDS.take()
+        self._uid = UIDS.take()
 
     def _argv(self, agent: list[str]) -> list[str]:
         disk, memory, uid = self.limits.disk_mb, total_memory_mb(self.limits), self._uid
         assert self._facilities.docker is not None
+        channel = [] if self.channel_dir is None else [
+            "--mount", f"type=bind,source={self.channel_dir},target={CHANNEL},readonly"]
         return [self._facilities.docker, "run", "-i", "--rm", "--pull", "never", "--name", self.name,
                 "--label", f"{LABEL}={os.getpid()}", "--network", "none", "--read-only", "--cap-drop", "ALL",
                 "--security-opt", "no-new-privileges", "--user", f"{uid}:{uid}", "--hostname", "sandbox",
@@ -101,7 +104,7 @@ class DockerSandbox(Sandbox):
                 "--pids-limit", str(self.limits.processes + 2), "--log-driver", "none",
                 "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,size={disk}m,uid={uid},gid={uid},mode=0700",
                 "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={disk}m,mode=1777",
-                "--workdir", WORKDIR, "--env", f"HOME={WORKDIR}", "--env", "LANG=C.UTF-8", self.image, *agent]
+                *channel, "--workdir", WORKDIR, "--env", f"HOME={WORKDIR}", "--env", "LANG=C.UTF-8", self.image, *agent]
 
     def _kill(self) -> None:
         super()._kill()

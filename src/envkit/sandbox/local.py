@@ -2,9 +2,10 @@
 
 Isolation comes from bubblewrap: new user, pid, network, mount, ipc, uts and cgroup namespaces; no way to make
 further user namespaces; a read-only root with read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as
-tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); uid and gid 65534 inside. Run as root,
-each sandbox's processes also run as a host uid of their own, so no two sandboxes share a process count or may
-signal each other; cgroups bound memory and process count for the whole sandbox where they are writable.
+tmpfs of `disk_mb` each (gone with the sandbox, nothing on the host disk); a channel folder, when given, read-only
+at `/run/envkit`; uid and gid 65534 inside. Run as root, each sandbox's processes also run as a host uid of their
+own, so no two sandboxes share a process count or may signal each other; cgroups bound memory and process count for
+the whole sandbox where they are writable.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from typing import Callable
 
-from .base import UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
+from .base import CHANNEL, UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
 from .cgroups import Cgroup, Cgroups
 
 __all__ = ["LocalSandbox", "local_facilities"]
@@ -70,7 +72,7 @@ class Facilities:
         missing = "; missing: " + ", ".join(self.missing) if self.missing else ""
         return f"local sandboxes: {self.version} with {', '.join(held)}{missing}"
 
-    def bwrap_argv(self, limits: SandboxLimits) -> list[str]:
+    def bwrap_argv(self, limits: SandboxLimits, channel_dir: str | None = None) -> list[str]:
         disk = str(limits.disk_mb << 20)
         argv = [self.bwrap or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--as-pid-1", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
@@ -79,10 +81,26 @@ class Facilities:
                 argv += ["--symlink", os.readlink(folder), folder]
             elif os.path.exists(folder):
                 argv += ["--ro-bind", folder, folder]
+        if channel_dir is not None:
+            argv += ["--ro-bind", channel_dir, CHANNEL]
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", disk, "--tmpfs", "/tmp", "--size", disk,
                  "--tmpfs", WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR, "--clearenv", "--setenv", "PATH",
                  "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", WORKDIR, "--setenv", "LANG", "C.UTF-8", "--"]
         return argv
+
+
+def _check_passable(folder: str) -> None:
+    """Refuse a channel folder below a folder other users may not pass through: bubblewrap runs as the sandbox's
+    own uid, and binds the folder by its path."""
+    above = os.path.dirname(folder)
+    while True:
+        if not os.stat(above).st_mode & stat.S_IXOTH:
+            raise ValueError(f"channel_dir {folder!r} is inside {above!r}, which other users may not pass through, "
+                             "and a local sandbox runs as a uid of its own: make the channel folder where anyone may "
+                             "pass, e.g. tempfile.mkdtemp() in /tmp")
+        if above == "/":
+            return
+        above = os.path.dirname(above)
 
 
 def _drop_to(uid: int) -> Callable[[], None]:
@@ -106,9 +124,11 @@ class LocalSandbox(Sandbox):
 
     backend = "local"
 
-    def __init__(self, limits: SandboxLimits) -> None:
-        super().__init__(limits)
+    def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
+        super().__init__(limits, channel_dir)
         self._facilities = local_facilities()
+        if channel_dir is not None and self._facilities.root:
+            _check_passable(channel_dir)
         self._uid = UIDS.take() if self._facilities.root else None
         self._cgroup: Cgroup | None = None
         if self._facilities.cgroups is not None:
@@ -119,7 +139,7 @@ class LocalSandbox(Sandbox):
                 raise
 
     def _argv(self, agent: list[str]) -> list[str]:
-        return self._facilities.bwrap_argv(self.limits) + agent
+        return self._facilities.bwrap_argv(self.limits, self.channel_dir) + agent
 
     def _before_exec(self) -> None:
         if self._cgroup is not None:

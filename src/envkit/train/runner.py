@@ -25,7 +25,7 @@ from ..client import EnvClient
 from ..client.ors_client import OrsServer, is_ors_server
 from ..environment import Environment
 from ..errors import ConfigurationError, EnvConnectionError, EnvkitError, SessionLostError
-from ..play.binding import ServedEnvironment, Tally, bind, tool_names
+from ..play.binding import ServedEnvironment, Tally, bind, free_sessions, tool_names
 from ..play.embedded import serve_envs
 from ..play.model_check import check_model
 from ..play.models import PLAY_SETTINGS_FILE, SEED_EPISODES
@@ -303,8 +303,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
 def _check_capacity(urls: Mapping[str, str], sessions: int) -> None:
     """Each rollout of a generation batch holds a session; refuse a server that cannot hold them all."""
     for name, url in urls.items():
-        health = EnvClient(url).sync().health()
-        free = int(health.get("max_sessions", sessions)) - int(health.get("active_sessions", 0))
+        free = free_sessions(url, sessions)
         if free < sessions:
             raise EnvConnectionError(url, f"{name} has room for {free} more sessions but each generation batch plays "
                                      f"{sessions} episodes at once; start the server with --max-concurrent-envs "

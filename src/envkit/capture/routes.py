@@ -1,0 +1,185 @@
+"""The proxy's HTTP routes: OpenAI's `POST /v1/chat/completions` (JSON or SSE) and `GET /v1/models`, and
+`GET /v1/capture/trace` (the caller's own session as a `TrainingTrace`).
+
+Every route needs a session's key (`Authorization: Bearer KEY`); a missing, unknown or closed key is answered
+401. Errors come in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, one line each; a call over
+the session's budget is answered 429 with `x-should-retry: false` (OpenAI's SDK then does not retry).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .batching import Batcher
+from .chat import ChatRequest, RequestError, message_key, parse_completion, read_request, tools_key
+from .continuation import Renderer, build_prompt
+from .engine import Engine, EngineError, GenerationRequest, Sampling
+from .records import Call
+from .session import BudgetExhausted, CaptureSession
+
+__all__ = ["CaptureRoutes"]
+
+
+def error_response(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def _key_of(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+class CaptureRoutes:
+    """The sessions, keyed by API key, and the ASGI app that serves them from `engine`."""
+
+    def __init__(self, engine: Engine, *, batch_window_s: float = 0.005, max_batch: int = 64) -> None:
+        self.engine = engine
+        self.renderer = Renderer(engine.tokenizer, engine.chat_template_kwargs)
+        self.batcher = Batcher(engine, window_s=batch_window_s, max_batch=max_batch)
+        self._sessions: dict[str, CaptureSession] = {}
+        self._lock = threading.Lock()
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                                     Route("/v1/models", self.models, methods=["GET"]),
+                                     Route("/v1/capture/trace", self.own_trace, methods=["GET"])])
+
+    def add(self, session: CaptureSession) -> None:
+        with self._lock:
+            self._sessions[session.api_key] = session
+
+    def remove(self, session: CaptureSession) -> None:
+        with self._lock:
+            self._sessions.pop(session.api_key, None)
+
+    def _session(self, request: Request) -> CaptureSession | None:
+        key = _key_of(request)
+        with self._lock:
+            session = self._sessions.get(key) if key else None
+        return session if session is not None and not session.closed else None
+
+    @staticmethod
+    def _unauthorised() -> JSONResponse:
+        return error_response(401, "missing or unknown API key: send the session's key as `Authorization: Bearer "
+                                   "KEY` (OPENAI_API_KEY)", code="invalid_api_key")
+
+    async def models(self, request: Request) -> Response:
+        if self._session(request) is None:
+            return self._unauthorised()
+        return JSONResponse({"object": "list", "data": [{"id": self.engine.model_name, "object": "model",
+                                                         "created": 0, "owned_by": "envkit"}]})
+
+    async def own_trace(self, request: Request) -> Response:
+        session = self._session(request)
+        if session is None:
+            return self._unauthorised()
+        return JSONResponse(session.trace())
+
+    async def chat_completions(self, request: Request) -> Response:
+        session = self._session(request)
+        if session is None:
+            return self._unauthorised()
+        try:
+            body = json.loads(await request.body())
+        except ValueError as error:
+            return error_response(400, f"the request body is not valid JSON ({error}); send a JSON object",
+                                  code="invalid_json")
+        try:
+            chat = read_request(body)
+            session.reserve()
+        except RequestError as error:
+            return error_response(error.status, str(error), code=error.code)
+        except BudgetExhausted as error:
+            return error_response(429, str(error), kind="insufficient_quota", code="call_budget_exhausted",
+                                  headers={"x-should-retry": "false"})
+        try:
+            call = await self._call(session, chat)
+        except (RequestError, EngineError) as error:
+            session.release()
+            status, code = (error.status, error.code) if isinstance(error, RequestError) else (502, "engine_error")
+            return error_response(status, str(error), code=code)
+        except BaseException:
+            session.release()
+            raise
+        session.record(call)
+        if chat.stream:
+            return StreamingResponse(_chunks(call.response, chat.include_usage), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        return JSONResponse(call.response)
+
+    def _sampling(self, session: CaptureSession, chat: ChatRequest, prompt_tokens: int) -> Sampling:
+        limits = [session.sampling.max_tokens]
+        if chat.max_tokens is not None:
+            limits.append(chat.max_tokens)
+        if self.engine.max_context is not None:
+            room = self.engine.max_context - prompt_tokens
+            if room < 1:
+                raise RequestError(f"the conversation is {prompt_tokens} tokens and the model's context "
+                                   f"{self.engine.max_context}: no room to answer; start a shorter one",
+                                   code="context_length_exceeded")
+            limits.append(room)
+        policy = session.sampling
+        return Sampling(temperature=policy.temperature, top_p=policy.top_p, max_tokens=min(limits), seed=policy.seed)
+
+    async def _call(self, session: CaptureSession, chat: ChatRequest) -> Call:
+        prompt = build_prompt(self.renderer, chat, session.records)
+        sampling = self._sampling(session, chat, len(prompt.ids))
+        generation = await self.batcher.submit(GenerationRequest(prompt.ids, sampling))
+        if len(generation.logprobs) != len(generation.completion_ids):
+            raise EngineError(f"the engine returned {len(generation.logprobs)} log-probabilities for "
+                              f"{len(generation.completion_ids)} sampled tokens")
+        message = parse_completion(self.renderer.decode(generation.completion_ids), parse_tools=chat.parse_tools)
+        finish = "tool_calls" if message.get("tool_calls") else generation.finish_reason
+        node_id = session.new_node_id()
+        response = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                    "model": self.engine.model_name,
+                    "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": len(prompt.ids), "completion_tokens": len(generation.completion_ids),
+                              "total_tokens": len(prompt.ids) + len(generation.completion_ids)}}
+        return Call(node_id=node_id, parent_id=prompt.parent.node_id if prompt.parent else None,
+                    root_id=prompt.parent.root_id if prompt.parent else node_id, messages=chat.messages,
+                    tools=chat.tools, message_keys=[message_key(message) for message in chat.messages],
+                    tools_key=tools_key(chat.tools), reply_key=message_key(message), prompt_ids=prompt.ids,
+                    completion_ids=generation.completion_ids, logprobs=generation.logprobs,
+                    finish_reason=generation.finish_reason, response=response, sampling=sampling.as_dict(),
+                    requested_sampling=chat.requested_sampling, new_prompt_tokens=prompt.new_tokens,
+                    root_reason=prompt.root_reason)
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def _chunks(response: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
+    """A finished completion replayed as chat-completion chunks: the role, the content, each tool call, the
+    finish reason, the usage when asked for, then `[DONE]`."""
+    head = {key: response[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = response["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    first: dict[str, Any] = {"role": "assistant", "content": ""}
+    if message.get("reasoning_content"):
+        first["reasoning_content"] = message["reasoning_content"]
+    yield chunk(first)
+    if message.get("content"):
+        yield chunk({"content": message["content"]})
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": response["usage"]})
+    yield b"data: [DONE]\n\n"

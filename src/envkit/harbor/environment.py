@@ -1,0 +1,376 @@
+"""A folder of Harbor tasks as an envkit environment: each session in its task's container, scored by its tests.
+
+`harbor_environment(folder)` makes the environment class of a folder (one class per folder). An episode starts with
+`reset(task_id=NAME)` (or a seed, which draws a task), whose observation is the task's instruction; the agent's
+tools run shell commands and read and write files in the container, within the task's agent time; `submit()` runs
+the task's tests and ends the episode with their reward.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shlex
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from ..environment import Action, Environment, Observation, State
+from ..episode_metrics import Metric
+from ..tools import tool
+from ..sandbox import RunResult, SandboxPathError
+from .container import TaskContainer, open_task_container
+from .tasks import HarborTask, find_tasks
+from .verifier import Verdict, verify
+
+__all__ = ["HarborEnvironment", "HarborAction", "HarborObservation", "HarborState", "harbor_environment",
+           "TOOL_PLAYERS"]
+
+#: Tool calls in an episode; the last one runs the tests, if it is not a submit.
+MAX_CALLS = 64
+#: Characters of a command's output the agent reads (the start and the end of longer output).
+SHOWN_CHARS = 8000
+#: Leading lines of instruction.md that Harbor drops (canary strings).
+CANARY = re.compile(r"^\s*(<!--.*canary.*-->|#.*canary.*)\s*$", re.IGNORECASE)
+
+Kind = Literal["run_command", "read_file", "write_file", "submit"]
+
+
+class HarborAction(Action):
+    """One move: a shell command, a file read or write, or submit."""
+
+    kind: Kind = Field(description="run_command, read_file, write_file or submit")
+    command: str = Field(default="", description="run_command: the command line, run by bash")
+    timeout_s: float | None = Field(default=None, gt=0, description="run_command: seconds it may take")
+    path: str = Field(default="", description="read_file / write_file: absolute, or relative to the work folder")
+    content: str = Field(default="", description="write_file: the whole text")
+
+
+class HarborObservation(Observation):
+    """The instruction after reset, what a move printed, or the tests' verdict."""
+
+    task_id: str = Field(default="", description="The task's name")
+    instruction: str = Field(default="", description="What the agent is asked (after reset only)")
+    output: str = Field(default="", description="What the move printed or said")
+    exit_code: int | None = Field(default=None, description="run_command: the command's exit code")
+    reward_components: dict[str, float] = Field(default_factory=dict, description="The tests' reward.json keys")
+
+    def as_text(self) -> str:
+        return self.instruction or self.output
+
+
+class HarborState(State):
+    """The episode so far."""
+
+    task_id: str | None = None
+    commands: int = 0
+    agent_seconds: float = 0.0
+    submitted: bool = False
+    reward: float | None = None
+
+
+class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState]):
+    """Harbor tasks, each session in a container of its task's image. Subclassed per folder (`harbor_environment`)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    METRICS = (
+        Metric("solved", "solved", "count", success=True, description="the tests gave the full reward (1)"),
+        Metric("commands", "commands", "mean", description="shell commands run in the episode"),
+        Metric("timeouts", "timeouts", "sum", description="commands and test runs stopped at their time limit"),
+        Metric("verifier_s", "verifier s", "mean", description="seconds the tests took"),
+    )
+    #: The folder the tasks came from, and the tasks by name (set on each folder's subclass).
+    ROOT: ClassVar[Path]
+    BY_NAME: ClassVar[dict[str, HarborTask]] = {}
+
+    def __init__(self) -> None:
+        self._box: TaskContainer | None = None
+        self._channel: str | None = None
+        self._task: HarborTask | None = None
+        self._episode_id: str | None = None
+        self._calls = self._commands = self._timeouts = 0
+        self._agent_s = 0.0
+        self._verdict: Verdict | None = None
+
+    @classmethod
+    def task_instruction(cls, task: dict[str, Any]) -> str:
+        """The task's instruction.md (as its first observation has it), for task catalogues."""
+        found = cls.BY_NAME.get(str(task.get("task_id")))
+        return instruction_text(found) if found else ""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None,
+              task_id: str | None = None) -> HarborObservation:
+        """Start an episode of `task_id` in a fresh container of its image, or of a task drawn with `seed`.
+
+        Args:
+            seed: Draws a task (from `train` when there is one) when no task_id is given.
+            episode_id: A name for the episode; a random one when absent.
+            task_id: The task's name (its folder's name, or task.toml's [task].name).
+        """
+        if task_id is None:
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise ValueError(f"seed={seed!r} is not a whole number; give an int or leave it out")
+            pool = self.tasks("train") if "train" in self.splits() else [t for s in self.splits() for t in self.tasks(s)]
+            task_id = random.Random(seed).choice(pool)["task_id"]
+        task = self.BY_NAME.get(task_id) if isinstance(task_id, str) else None
+        if task is None:
+            known = ", ".join(sorted(self.BY_NAME)[:8])
+            raise ValueError(f"task_id={task_id!r} names no task of {self.ROOT}; its tasks include {known}")
+        self._close_box()
+        self._task, self._verdict = task, None
+        self._episode_id = episode_id or uuid.uuid4().hex
+        self._calls = self._commands = self._timeouts = 0
+        self._agent_s = 0.0
+        self._box = open_task_container(task)
+        return HarborObservation(task_id=task.name, instruction=instruction_text(task), reward=None)
+
+    def step(self, action: HarborAction) -> HarborObservation:
+        """Make one move; the episode ends at submit, when the agent's time is used up, or after `MAX_CALLS`."""
+        if not isinstance(action, HarborAction):
+            raise TypeError(f"step() takes a HarborAction, e.g. HarborAction(kind='submit'); got {type(action).__name__}")
+        task = self._require_task()
+        if self._verdict is not None:
+            raise ValueError("the episode is over (its tests ran); call reset() to start another")
+        self._calls += 1
+        if action.kind == "submit":
+            return self._verified("Submitted.")
+        left = task.agent_timeout_s - self._agent_s
+        if left <= 0:
+            return self._verified(f"The agent's time ({task.agent_timeout_s:g} s, [agent].timeout_sec) is used up.")
+        output, exit_code = self._move(action, left)
+        if self._calls >= MAX_CALLS:
+            return self._verified(f"{output}\n\nThat was the episode's last tool call ({MAX_CALLS}); the tests ran.")
+        return HarborObservation(task_id=task.name, output=output, exit_code=exit_code, reward=0.0)
+
+    @property
+    def state(self) -> HarborState:
+        verdict = self._verdict
+        return HarborState(episode_id=self._episode_id, step_count=self._calls,
+                           task_id=self._task.name if self._task else None, commands=self._commands,
+                           agent_seconds=round(self._agent_s, 3), submitted=verdict is not None,
+                           reward=verdict.reward if verdict else None)
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Solved (reward 1), commands, timeouts, the tests' seconds, and each reward.json key."""
+        verdict = self._verdict
+        metrics = {"solved": int(verdict is not None and verdict.reward >= 1.0), "commands": self._commands,
+                   "timeouts": self._timeouts, "verifier_s": verdict.seconds if verdict else 0.0}
+        if verdict is not None:
+            metrics.update({name: value for name, value in verdict.components.items() if name not in metrics})
+        return metrics
+
+    def close(self) -> None:
+        """Remove the session's container and everything running in it."""
+        self._close_box()
+
+    # -- what a loop-owning agent uses
+
+    def agent_sandbox(self, channel_dir: str | None = None) -> TaskContainer:
+        """The episode's container for a loop-owning agent, with a channel folder at /run/envkit where the agent's
+        model server listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a
+        folder of the session's own, removed with the container. Called right after reset (the container reset
+        took has no channel and is replaced by a fresh one); the session's tool calls run in the same container."""
+        task = self._require_task()
+        box = self._box
+        if box is not None and box.channel_dir is not None:
+            if channel_dir is not None and box.channel_dir != os.path.realpath(channel_dir):
+                raise ValueError(f"this episode's container already has the channel folder {box.channel_dir}; "
+                                 "call agent_sandbox() again without channel_dir, or reset() first")
+            return box
+        if self._calls:
+            raise ValueError("this episode's container has run tool calls, without a channel for an agent: "
+                             "call agent_sandbox() right after reset()")
+        if channel_dir is None:
+            self._channel = tempfile.mkdtemp(prefix="envkit-channel-")
+        fresh = open_task_container(task, channel_dir or self._channel)
+        if box is not None:
+            box.close()
+        self._box = fresh
+        return fresh
+
+    def agent_instruction(self) -> str:
+        """The task's instruction, as an agent program is given it."""
+        return instruction_text(self._require_task())
+
+    def finish_episode(self) -> float:
+        """Run the tests now, end the episode, and return its reward."""
+        if self._verdict is None:
+            self._verified("Finished.")
+        assert self._verdict is not None
+        return self._verdict.reward
+
+    # -- tools
+
+    @tool
+    def run_command(self, command: str, timeout_s: float | None = None) -> HarborObservation:
+        """Run a shell command (bash) in the task's work folder and show its output and exit code.
+
+        Args:
+            command: The command line.
+            timeout_s: Seconds it may take (at most the agent's time left).
+        """
+        return self.step(HarborAction(kind="run_command", command=command, timeout_s=timeout_s))
+
+    @tool
+    def read_file(self, path: str) -> HarborObservation:
+        """Show a text file of the task's environment.
+
+        Args:
+            path: An absolute path, or one relative to the work folder.
+        """
+        return self.step(HarborAction(kind="read_file", path=path))
+
+    @tool
+    def write_file(self, path: str, content: str) -> HarborObservation:
+        """Write a text file (made or replaced, with its folders) in the task's environment.
+
+        Args:
+            path: An absolute path, or one relative to the work folder.
+            content: The whole text of the file.
+        """
+        return self.step(HarborAction(kind="write_file", path=path, content=content))
+
+    @tool
+    def submit(self) -> HarborObservation:
+        """Done: the task's tests run, their reward ends the episode."""
+        return self.step(HarborAction(kind="submit"))
+
+    # -- moves
+
+    def _move(self, action: HarborAction, left: float) -> tuple[str, int | None]:
+        box = self._container()
+        if action.kind == "run_command":
+            if not action.command.strip():
+                return "refused: the command is empty; give a shell command line, e.g. \"ls\"", None
+            timeout = min(action.timeout_s or left, left)
+            result = box.run(["bash", "-c", action.command], timeout_s=timeout)
+            self._commands += 1
+            self._agent_s += result.duration_s
+            self._timeouts += result.timed_out
+            return _shown(result, timeout), result.exit_code
+        try:
+            if action.kind == "write_file":
+                box.write_file(action.path, action.content)
+                return f"wrote {len(action.content.encode())} bytes to {action.path}", None
+            return _clip(box.read_file(action.path).decode(errors="replace")), None
+        except SandboxPathError as error:
+            return f"refused: {error}", None
+
+    def _verified(self, heading: str) -> HarborObservation:
+        task = self._require_task()
+        verdict = verify(self._container(), task)
+        self._verdict = verdict
+        self._timeouts += verdict.timed_out
+        parts = [f"{heading} The tests ran: reward {verdict.reward:g}."]
+        if len(verdict.components) > 1 or set(verdict.components) - {"reward"}:
+            parts.append(", ".join(f"{name} {value:g}" for name, value in verdict.components.items()))
+        if verdict.error:
+            parts.append(verdict.error)
+        return HarborObservation(task_id=task.name, output="\n".join(parts), reward=verdict.reward, done=True,
+                                 reward_components=dict(verdict.components))
+
+    def _container(self) -> TaskContainer:
+        self._require_task()
+        assert self._box is not None
+        return self._box
+
+    def _close_box(self) -> None:
+        box, self._box = self._box, None
+        channel, self._channel = self._channel, None
+        if box is not None:
+            box.close()
+        if channel is not None:
+            shutil.rmtree(channel, ignore_errors=True)
+
+    def _require_task(self) -> HarborTask:
+        if self._task is None:
+            raise ValueError("no task yet: call reset() first (e.g. reset(task_id=...) with a name from the splits)")
+        return self._task
+
+
+def instruction_text(task: HarborTask) -> str:
+    """instruction.md without the canary lines (and the blank lines after them) that Harbor drops."""
+    lines = task.instruction.splitlines()
+    while lines and CANARY.match(lines[0]):
+        lines.pop(0)
+        while lines and not lines[0].strip():
+            lines.pop(0)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _shown(result: RunResult, timeout: float) -> str:
+    text = "\n".join(part for part in (_clip(result.stdout), _clip(result.stderr)) if part)
+    ending = f"stopped after {timeout:g} s (its time limit)" if result.timed_out else f"exit code {result.exit_code}"
+    if result.truncated:
+        ending += "; output cut"
+    return f"{text}\n[{ending}]" if text else f"[no output; {ending}]"
+
+
+def _clip(text: str) -> str:
+    if len(text) <= SHOWN_CHARS:
+        return text.rstrip("\n")
+    half = SHOWN_CHARS // 2
+    return f"{text[:half]}\n... {len(text) - SHOWN_CHARS} characters left out ...\n{text[-half:]}".rstrip("\n")
+
+
+_classes: dict[Path, type[HarborEnvironment]] = {}
+
+
+def harbor_environment(folder: Path | str) -> type[HarborEnvironment]:
+    """The environment class of a Harbor task folder, or a folder of them (one class per folder, made once)."""
+    root = Path(folder).resolve()
+    if root not in _classes:
+        splits = find_tasks(root)
+        by_name = {task.name: task for tasks in splits.values() for task in tasks}
+        _REGISTRY.update(by_name)
+        name = "HarborTasks_" + (re.sub(r"\W+", "_", root.name).strip("_") or "root")
+        _classes[root] = type(name, (HarborEnvironment,), {
+            "__module__": __name__, "__doc__": f"The Harbor tasks of {root}.", "ROOT": root, "BY_NAME": by_name,
+            "TASKS": {split: tuple({"task_id": task.name} for task in tasks) for split, tasks in splits.items()}})
+    return _classes[root]
+
+
+# -- scripted players for `envkit eval --policy oracle|nothing`
+
+#: Every task of the folders loaded in this process, by name: the oracle reads its solution from here.
+_REGISTRY: dict[str, HarborTask] = {}
+
+
+def oracle(seed: int) -> Any:
+    """Harbor's oracle: copies `solution/` to /solution, runs solve.sh as Harbor does, then submits."""
+    moves: list[tuple[str, dict[str, Any]]] = []
+
+    def act(observation: dict[str, Any], task: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        if not moves and "instruction" in observation and observation.get("instruction"):
+            moves.extend(_oracle_moves(_REGISTRY[str(observation.get("task_id") or task["task_id"])]))
+        return moves.pop(0) if moves else None
+
+    return act
+
+
+def _oracle_moves(task: HarborTask) -> list[tuple[str, dict[str, Any]]]:
+    moves: list[tuple[str, dict[str, Any]]] = []
+    for file in sorted(task.solution_dir.rglob("*")):
+        if file.is_file():
+            moves.append(("write_file", {"path": f"/solution/{file.relative_to(task.solution_dir).as_posix()}",
+                                         "content": file.read_text()}))
+    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in
+                   {"DEBIAN_FRONTEND": "noninteractive", **task.solution_env}.items())
+    moves.append(("run_command", {"command": f"mkdir -p /logs/agent && chmod +x /solution/solve.sh && "
+                                             f"(env {env} /solution/solve.sh) > /logs/agent/oracle.txt 2>&1"}))
+    moves.append(("submit", {}))
+    return moves
+
+
+def nothing(seed: int) -> Any:
+    """Submits at once: what an agent that does nothing scores."""
+    return lambda observation, task: ("submit", {}) if not observation.get("done") else None
+
+
+#: `envkit eval --policy NAME` for Harbor task folders.
+TOOL_PLAYERS = {"oracle": oracle, "nothing": nothing}
