@@ -306,7 +306,8 @@ def test_a_loop_owning_agent_learns(vllm_mode: str, tmp_path: Path, monkeypatch:
     """A one-call agent of this file (`NOTE_AGENT`, a shell command) writes the model's reply as a note scored by its
     length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0,
     sampled through transformers or the trainer's colocated vLLM (its CPU build). The mean reward of the last 3 steps
-    must beat the first 3 steps' by 1.0 (figures, other seeds and the controls: docs/training.md#loop-owning-agents).
+    must beat the first 3 steps' by 1.0 (figures, other seeds and the controls: docs/training.md, "Training
+    loop-owning agents").
     """
     import shlex
 

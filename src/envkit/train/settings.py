@@ -178,15 +178,16 @@ class TrainSettings:
                                      "environment with --env (served here), not --env-url")
         if self.vllm_mode == "server":
             raise ConfigurationError("--agent samples from the model being trained in this process: use --vllm-mode "
-                                     "colocate (or none); TRL's HarnessRolloutWorker drives a vLLM server "
-                                     "(docs/training.md#loop-owning-agents)")
+                                     "colocate (or none); to train against a vLLM server, use TRL's "
+                                     "HarnessRolloutWorker with envkit.train.harness.AgentSessionFactory")
         if self.vllm_enable_sleep_mode:
             raise ConfigurationError("--vllm-sleep puts the engine the agents call to sleep between steps: leave it "
                                      "out with --agent")
         if self.eval_games:
             raise ConfigurationError("--eval-games plays TRL-driven games, not agents: leave it out with --agent")
         if not self.agent_timeout > 0:
-            raise ConfigurationError(f"--agent-timeout must be a positive number of seconds, got {self.agent_timeout!r}")
+            raise ConfigurationError(f"--agent-timeout must be a positive number of seconds, got "
+                                     f"{self.agent_timeout!r}")
         if self.rollout_reward is not None and ":" not in self.rollout_reward:
             raise ConfigurationError(f"--rollout-reward {self.rollout_reward!r}: name a function as module:function")
 
