@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "capture": set(),
     "agents": {"contract", "sandbox"},
     "play": {"contract", "client", "app", "transport", "sandbox"},
-    "train": {"contract", "client", "app", "play"},
+    "train": {"contract", "client", "app", "play", "capture", "agents"},
     "evaluate": {"contract", "client", "app", "play"},
     "bench": {"contract", "client"},
     "publish": {"contract", "client", "app", "harbor", "sandbox"},

@@ -93,6 +93,15 @@ def _default(name: str) -> Any:
 @click.option("--reconnect-timeout", type=float, default=None,
               help=f"Seconds to wait for an unreachable environment server before stopping. [default: "
                    f"{_default('reconnect_timeout'):g}]")
+@click.option("--agent", default=None, metavar="CMD|reference",
+              help="Train a loop-owning agent: each rollout runs 'reference' (the bundled agent) or your shell "
+                   "command in its environment's sandbox, its model calls captured by a proxy serving the model "
+                   "being trained; GRPO trains on the captured tokens (OUTPUT_DIR/traces.jsonl).")
+@click.option("--agent-timeout", type=float, default=None, metavar="SECONDS",
+              help=f"Time limit of each agent run. [default: {_default('agent_timeout'):g}]")
+@click.option("--rollout-reward", default=None, metavar="MODULE:FUNCTION",
+              help="With --agent: score each rollout with your function of its outcome (TRL's HarnessRolloutOutcome "
+                   "fields); None drops the rollout. [default: the environment's verifier]")
 @click.option("--json", "as_json", is_flag=True, help="Print the closing summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No per-step lines or progress bar; only the summary.")
 @api_key_option
@@ -113,6 +122,7 @@ def command(config_path: str | None, as_json: bool, quiet: bool, **flags: Any) -
       envkit train --env wordle --split test --train-on-test
       envkit train --env-url http://127.0.0.1:8080 --protocol ors  # openreward
       envkit train --config train.yaml --max-steps 100
+      envkit train --env coding --agent reference --max-steps 2
     """
     from ..train.settings import settings_from
 

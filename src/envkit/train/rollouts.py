@@ -36,10 +36,10 @@ from typing import Any
 from trl import GRPOTrainer as TRLGRPOTrainer
 
 from ..play.binding import ServedEnvironment
-from ..play.loop import Conversation, Game, start, take_turns
+from ..play.loop import Game, start, take_turns
 from ..play.model_player import TokenPlayer
 
-__all__ = ["GRPOTrainer", "play_rollouts", "trl_parts_missing", "EPISODE_PROMPTS", "EPISODE_MESSAGES"]
+__all__ = ["GRPOTrainer", "play_rollouts", "trl_parts_missing", "log_tool_metrics", "EPISODE_PROMPTS", "EPISODE_MESSAGES"]
 
 logger = logging.getLogger("envkit.train")
 
@@ -209,7 +209,8 @@ def play_rollouts(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         calls = take_turns(player, conversations, pool, max_tool_calling_iterations=trainer.max_tool_calling_iterations)
     for environment in environments:   # the batch waited once: spread over its rollouts (and so over their tallies)
         environment._count(env_seconds=(resets + calls) / len(environments), reset_seconds=resets / len(environments))
-    _log_tool_metrics(trainer, mode, conversations)
+    log_tool_metrics(trainer, mode, [item.tool_calls for item in conversations],
+                     [item.failed_calls for item in conversations])
     states = [conversation.state for conversation in conversations]
     return {
         "prompt_ids": [state["prompt_ids"] for state in states],
@@ -221,15 +222,15 @@ def play_rollouts(prompts: list[Any], trainer: Any) -> dict[str, Any]:
     }
 
 
-def _log_tool_metrics(trainer: Any, mode: str, conversations: list[Conversation]) -> None:
-    """TRL's tool metrics of a generation batch: calls per rollout, and the share of calls that failed."""
+def log_tool_metrics(trainer: Any, mode: str, calls: list[int], failures: list[int]) -> None:
+    """TRL's tool metrics of a generation batch (`tools/call_frequency`, `tools/failure_frequency`): calls per
+    rollout, and the share of calls that failed; `calls` and `failures` hold one count per rollout."""
     import torch
 
     def total(count: int) -> Any:   # over every process, as a tensor: TRL divides tensors (float32 figures)
         return trainer.accelerator.gather(torch.tensor(count, device=trainer.accelerator.device)).sum()
 
-    rollouts = int(total(len(conversations)).item())
-    calls = total(sum(item.tool_calls for item in conversations))
-    failures = total(sum(item.failed_calls for item in conversations))
-    trainer._metrics[mode]["tools/call_frequency"].append((calls / rollouts).item())
-    trainer._metrics[mode]["tools/failure_frequency"].append((failures / calls).item() if calls > 0 else 0.0)
+    rollouts = int(total(len(calls)).item())
+    called, failed = total(sum(calls)), total(sum(failures))
+    trainer._metrics[mode]["tools/call_frequency"].append((called / rollouts).item())
+    trainer._metrics[mode]["tools/failure_frequency"].append((failed / called).item() if called > 0 else 0.0)

@@ -52,7 +52,8 @@ class TrainingStopped(EnvkitError):
 class Run:
     """A prepared run: the bound environments, rows, rewards and trainer, ready to `train()`.
 
-    `sampler` writes the transcripts of training episodes; `evaluation` plays `--eval-games` before and after.
+    `sampler` writes the transcripts of training episodes; `evaluation` plays `--eval-games` before and after;
+    `agents` runs the rollouts of `--agent` (`agent_runs.AgentRollouts`), None otherwise.
     """
 
     settings: TrainSettings
@@ -63,6 +64,7 @@ class Run:
     report: Any
     sampler: Any
     evaluation: _Evaluation | None
+    agents: Any = None
 
 
 def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_steps: bool = True) -> Any:
@@ -71,6 +73,10 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
+    if settings.agent:   # before anything is loaded or served
+        from .agent_runs import require_agent_parts
+
+        require_agent_parts()
     if settings.vllm_mode != "none":  # before anything is loaded or served: what to install, if anything
         check_vllm(settings.vllm_mode)
     check_model(settings.model)
@@ -192,7 +198,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
             say("training reward (declared by the environment; --reward to choose another): "
                 + ", ".join(f"{choice.env}.{choice.name}" + (f"={choice.weight:g}" if choice.weight != 1 else "")
                             for choice in declared))
-    functions, weights = reward_functions(choices, classes, sampler.observe)
+    functions, weights = reward_functions(choices, classes, sampler.observe) if not settings.agent else ([], None)
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -210,6 +216,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
         cls.tally = tally
     config = settings.grpo_config(on_gpu=on_gpu)
     config.reward_weights = weights
+    agents = None
 
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -219,8 +226,14 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16; known
     factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
     with _quiet_unscorable_warning():
-        trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=dataset,
-                              processing_class=tokenizer, environment_factory=factory)
+        if settings.agent:   # every rollout an agent in its environment's sandbox, its model calls captured
+            from .agent_runner import agent_trainer
+
+            trainer, agents = agent_trainer(settings, players or {}, model, tokenizer, config, dataset, tally)
+            functions = list(trainer.reward_funcs)
+        else:
+            trainer = GRPOTrainer(model=model, reward_funcs=functions, args=config, train_dataset=dataset,
+                                  processing_class=tokenizer, environment_factory=factory)
     if vllm_device == "cpu":
         sync_by_reload(trainer, say)
     for callback in (PrinterCallback, ProgressCallback):
@@ -231,7 +244,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     trainer.add_callback(report)
     if settings.transcripts_per_step:
         trainer.add_callback(sampler)
-    return Run(settings, classes, rows, tally, trainer, report, sampler, evaluation)
+    return Run(settings, classes, rows, tally, trainer, report, sampler, evaluation, agents)
 
 
 def train(prepared: Run) -> Any:
@@ -250,6 +263,8 @@ def train(prepared: Run) -> Any:
     finally:
         for cls in prepared.classes.values():
             cls._close_all()
+        if prepared.agents is not None:
+            prepared.agents.close()
     output = Path(settings.output_dir)
     summary = prepared.report.finish(stopped)
     if settings.save_model:
@@ -261,6 +276,8 @@ def train(prepared: Run) -> Any:
         summary.files = {"model": str(output / "model"), **summary.files}
     if prepared.sampler.written:
         summary.files["transcripts"] = str(prepared.sampler.path)
+    if prepared.agents is not None:
+        summary.files["traces"] = str(prepared.agents.traces_path)
     if evaluation is not None:
         if stopped is None:
             evaluation.run(trainer, "after training")

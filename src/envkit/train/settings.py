@@ -87,6 +87,9 @@ class TrainSettings:
     report_to: str = "none"
     reconnect_timeout: float = 30.0
     save_model: bool = True
+    agent: str | None = None   # `reference` or a shell command: a loop-owning agent per rollout (agent_runs)
+    agent_timeout: float = 300.0
+    rollout_reward: str | None = None   # module:function of an AgentOutcome; None: the environment's verifier
     grpo: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -161,6 +164,32 @@ class TrainSettings:
             raise ConfigurationError("--transcripts-per-step must be 0 (none) or more")
         if self.reconnect_timeout < 0:
             raise ConfigurationError("--reconnect-timeout must be zero or positive (seconds)")
+        self._check_agent()
+
+    def _check_agent(self) -> None:
+        if self.agent is None:
+            if self.rollout_reward is not None:
+                raise ConfigurationError("--rollout-reward scores --agent rollouts: give --agent too")
+            return
+        if not self.agent.strip():
+            raise ConfigurationError("--agent must be 'reference' or the shell command that runs your agent")
+        if self.env_url:
+            raise ConfigurationError("--agent runs each agent in its environment's sandbox on this machine: name the "
+                                     "environment with --env (served here), not --env-url")
+        if self.vllm_mode == "server":
+            raise ConfigurationError("--agent samples from the model being trained in this process: use --vllm-mode "
+                                     "colocate (or none); to train against a vLLM server, use TRL's "
+                                     "HarnessRolloutWorker with envkit.train.harness.AgentSessionFactory")
+        if self.vllm_enable_sleep_mode:
+            raise ConfigurationError("--vllm-sleep puts the engine the agents call to sleep between steps: leave it "
+                                     "out with --agent")
+        if self.eval_games:
+            raise ConfigurationError("--eval-games plays TRL-driven games, not agents: leave it out with --agent")
+        if not self.agent_timeout > 0:
+            raise ConfigurationError(f"--agent-timeout must be a positive number of seconds, got "
+                                     f"{self.agent_timeout!r}")
+        if self.rollout_reward is not None and ":" not in self.rollout_reward:
+            raise ConfigurationError(f"--rollout-reward {self.rollout_reward!r}: name a function as module:function")
 
     def claim_output_dir(self) -> TrainSettings:
         """A copy whose `output_dir` holds no earlier run's files, so that nothing is overwritten unasked.
@@ -260,7 +289,8 @@ _LIST_FIELDS = {"env", "env_url", "reward"}
 _INT_FIELDS = {"max_steps", "num_generations", "batch_size", "gradient_accumulation_steps", "max_completion_length",
                "max_tool_calling_iterations", "vllm_max_model_length", "vllm_kv_cache_gib", "num_episodes", "seed",
                "eval_games", "transcripts_per_step"}
-_FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout"}
+_FLOAT_FIELDS = {"learning_rate", "temperature", "beta", "vllm_gpu_memory_utilization", "reconnect_timeout",
+                 "agent_timeout"}
 
 
 def _coerced(name: str, value: Any, where: str) -> Any:
