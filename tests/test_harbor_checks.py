@@ -42,11 +42,14 @@ REWARD_PARTS = {"csv-region-totals": ("format_ok", "values_ok"),
 
 
 def python312() -> str:
-    """An interpreter harbor runs on: `$ENVKIT_PYTHON312`, `python3.12` on PATH, or pyenv's 3.12."""
-    found = os.environ.get("ENVKIT_PYTHON312") or shutil.which("python3.12")
-    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))
-    if found or pyenv:
-        return found or str(pyenv[-1])
+    """An interpreter harbor runs on: `$ENVKIT_PYTHON312`, else the first that runs of `python3.12` on PATH (pyenv's
+    shim answers only where 3.12 is the selected version) and pyenv's 3.12."""
+    pyenv = [str(path) for path in sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"), reverse=True)]
+    candidates = [os.environ.get("ENVKIT_PYTHON312"), shutil.which("python3.12"), *pyenv]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "import sys, venv; assert sys.version_info >= (3, 12)"],
+                          capture_output=True).returncode == 0:
+            return candidate
     pytest.fail("harbor 0.25 needs Python >= 3.12 and none was found: set ENVKIT_PYTHON312 to one "
                 "(or ENVKIT_HARBOR_PYTHON to a python that has harbor==0.25.0)", pytrace=False)
 

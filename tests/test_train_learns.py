@@ -17,9 +17,15 @@ On echo's eight train messages, as it trains now (seed 3 not run):
     seed 1   1.949 →  7.452 (×3.82)   calls 2.43 → 2.93    unparsed 0.09 → 0.07
     seed 2   1.314 → 16.385 (×12.5)   calls 2.39 → 10.1    unparsed 0.02 → 0.18   (several calls a turn)
 
-The guard asks for ×3 (the lowest seed gives ×3.74) and a rise of at least 1.5 (lowest +2.41), more tool calls,
-and at most half of the last 5 steps' completions unparsed (highest 0.36; half is where `envkit train` warns).
-The recipe before (16 episodes a step in groups of 8, learning rate 1e-3 from the first step) gave ×2.48, ×4.10 and
+The same runs on a second 2-core machine (another CPU: the same first step, then sums that round differently):
+
+    seed 0   1.007 →  4.824 (×4.79)
+    seed 1   1.946 →  5.538 (×2.85)
+    seed 2   1.096 →  4.791 (×4.37)
+
+The guard asks for ×2.5 (the lowest seed on either machine gives ×2.85) and a rise of at least 1.5 (lowest +2.41),
+more tool calls, and at most half of the last 5 steps' completions unparsed (highest 0.36; half is where
+`envkit train` warns). The recipe before (16 episodes a step in groups of 8, learning rate 1e-3 from the first step) gave ×2.48, ×4.10 and
 ×3.44 on seeds 0-2: the guard fails on seed 0. At a learning rate of 2e-3 seed 1 collapsed (0.205 → 0.000, no tool
 call after step 2).
 """
@@ -41,7 +47,7 @@ from envkit.train.runner import run
 from envkit.train.settings import TrainSettings
 
 #: The last 5 steps' mean reward must be at least this many times the first 5 steps' ...
-GAIN = 3.0
+GAIN = 2.5
 #: ... and this much more ...
 RISE = 1.5
 #: ... and in the last 5 steps at most this share of completions may hold a tool call the trainer could not parse.
