@@ -26,8 +26,8 @@ The same runs on a second 2-core machine (another CPU: the same first step, then
 The guard asks for ×2.5 (the lowest seed on either machine gives ×2.85) and a rise of at least 1.5 (lowest +2.41),
 more tool calls, and at most half of the last 5 steps' completions unparsed (highest 0.36; half is where
 `envkit train` warns). The recipe before (16 episodes a step in groups of 8, learning rate 1e-3 from the first
-step) gave ×2.48, ×4.10 and ×3.44 on seeds 0-2: the guard fails on seed 0. At a learning rate of 2e-3 seed 1 collapsed (0.205 → 0.000, no tool
-call after step 2).
+step) gave ×2.48, ×4.10 and ×3.44 on seeds 0-2: the guard fails on seed 0. At a learning rate of 2e-3 seed 1
+collapsed (0.205 → 0.000, no tool call after step 2).
 """
 
 from __future__ import annotations
