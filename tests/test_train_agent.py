@@ -166,20 +166,12 @@ def _tiny_trainer(tmp_path: Path, collect: Any) -> tuple[Any, Any]:
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from envkit.app.targets import app_from_environment, resolve_target
-    from envkit.play.binding import bind
-    from envkit.play.tasks import env_rows, task_prompt
-    from envkit.play.tiny import TinyModelSpec, build_tiny_model
-    from envkit.testing import running_server
+    from test_train_captured import tiny_echo
+
     from envkit.train.captured import captured_rollout_func, harness_reward
     from envkit.train.rollouts import GRPOTrainer
 
-    target = resolve_target("echo")
-    with running_server(app_from_environment(target.env_class, env_name="echo", max_concurrent_envs=4)) as url:
-        cls = bind(url, name="echo")
-        rows = env_rows({"echo": task_prompt("echo", cls.metadata)}, 8, 0)
-        model, tokenizer, _ = build_tiny_model({"echo": cls}, rows, TinyModelSpec(warmup_steps=30))
-        cls._close_all()
+    model, tokenizer, rows = tiny_echo()
     config = GRPOConfig(output_dir=str(tmp_path), max_steps=1, num_generations=4, per_device_train_batch_size=4,
                         learning_rate=1e-2, use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
                         max_completion_length=128, beta=0.0, chat_template_kwargs={"enable_thinking": False})

@@ -34,9 +34,14 @@ def tiny() -> tuple[Any, Any, list[dict[str, Any]]]:
     """The tiny model warmed up on echo, its tokenizer, and echo's rows."""
     import torch
 
+    torch.set_num_threads(1)
+    return tiny_echo()
+
+
+def tiny_echo() -> tuple[Any, Any, list[dict[str, Any]]]:
+    """The tiny model warmed up on echo served here, its tokenizer, and echo's rows."""
     from envkit.play.tiny import TinyModelSpec, build_tiny_model
 
-    torch.set_num_threads(1)
     target = resolve_target("echo")
     with running_server(app_from_environment(target.env_class, env_name="echo", max_concurrent_envs=4)) as url:
         cls = bind(url, name="echo")

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from envkit import Environment, Metric, tool
-from envkit.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, open_sandbox
+from envkit.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, clip, open_sandbox
 
 from .grading import SOLUTION, Verdict, grade, run_examples
 from .models import CodingAction, CodingObservation, CodingState, Kind
@@ -235,7 +235,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
     def _shown(self, result: RunResult) -> str:
         self._timeouts += result.timed_out
-        parts = [_clip(result.stdout), _clip(result.stderr)]
+        parts = [clip(result.stdout, SHOWN_CHARS), clip(result.stderr, SHOWN_CHARS)]
         text = "\n".join(part for part in parts if part)
         if result.timed_out:
             ending = f"stopped after {LIMITS.wall_s:g} s (the time limit of a command)"
@@ -280,10 +280,3 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         if self._problem is None:
             raise ValueError("no task yet: call reset() first (e.g. reset(task_id='HumanEval/0'))")
         return self._problem
-
-
-def _clip(text: str) -> str:
-    if len(text) <= SHOWN_CHARS:
-        return text.rstrip("\n")
-    half = SHOWN_CHARS // 2
-    return f"{text[:half]}\n... {len(text) - SHOWN_CHARS} characters left out ...\n{text[-half:]}".rstrip("\n")

@@ -23,7 +23,7 @@ from pydantic import Field
 from ..environment import Action, Environment, Observation, State
 from ..episode_metrics import Metric
 from ..tools import tool
-from ..sandbox import RunResult, SandboxPathError
+from ..sandbox import RunResult, SandboxPathError, clip
 from .container import TaskContainer, open_task_container
 from .rollout import RolloutRequest, capabilities, rollout, task_refs
 from .tasks import HarborTask, find_tasks
@@ -319,7 +319,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             if action.kind == "write_file":
                 box.write_file(action.path, action.content)
                 return f"wrote {len(action.content.encode())} bytes to {action.path}", None
-            return _clip(box.read_file(action.path).decode(errors="replace")), None
+            return clip(box.read_file(action.path).decode(errors="replace"), SHOWN_CHARS), None
         except SandboxPathError as error:
             return f"refused: {error}", None
 
@@ -366,18 +366,12 @@ def instruction_text(task: HarborTask) -> str:
 
 
 def _shown(result: RunResult, timeout: float) -> str:
-    text = "\n".join(part for part in (_clip(result.stdout), _clip(result.stderr)) if part)
+    text = "\n".join(part for part in (clip(result.stdout, SHOWN_CHARS), clip(result.stderr, SHOWN_CHARS))
+                     if part)
     ending = f"stopped after {timeout:g} s (its time limit)" if result.timed_out else f"exit code {result.exit_code}"
     if result.truncated:
         ending += "; output cut"
     return f"{text}\n[{ending}]" if text else f"[no output; {ending}]"
-
-
-def _clip(text: str) -> str:
-    if len(text) <= SHOWN_CHARS:
-        return text.rstrip("\n")
-    half = SHOWN_CHARS // 2
-    return f"{text[:half]}\n... {len(text) - SHOWN_CHARS} characters left out ...\n{text[-half:]}".rstrip("\n")
 
 
 _classes: dict[Path, type[HarborEnvironment]] = {}

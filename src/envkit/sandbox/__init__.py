@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 
 from .base import (RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
-                   SandboxUnavailableError)
+                   SandboxUnavailableError, clip)
 from .pool import close_pools, pool_for
 
 __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
-           "SandboxPathError", "SandboxUnavailableError", "close_pools", "BACKENDS"]
+           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS"]
 
 BACKENDS = ("auto", "local", "docker")
 #: The image a docker sandbox runs when none is named.

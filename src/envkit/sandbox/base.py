@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Sequence, TypeVar
 from ..errors import EnvironmentLostError, EnvkitError
 
 __all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
-           "SandboxUnavailableError"]
+           "SandboxUnavailableError", "clip"]
 
 T = TypeVar("T")
 
@@ -419,6 +419,15 @@ class Sandbox:
         line, _, rest = bytes(self._pending).partition(b"\n")
         self._pending = bytearray(rest)
         return json.loads(line)
+
+
+def clip(text: str, chars: int) -> str:
+    """`text` as a model reads a command's output: up to `chars` characters, else its start and its end with how
+    much was left out between; trailing newlines dropped."""
+    if len(text) <= chars:
+        return text.rstrip("\n")
+    half = chars // 2
+    return f"{text[:half]}\n... {len(text) - chars} characters left out ...\n{text[-half:]}".rstrip("\n")
 
 
 def _b64(data: str | bytes) -> str:
