@@ -208,12 +208,21 @@ def test_images_are_cached_by_content_and_a_failed_build_names_its_log(tasks: Pa
     assert load_task(copy).image_tag() != task.image_tag()
     broken = make_task(tmp_path / "broken", solve="true", test="true",
                        dockerfile="FROM python:3.11-slim\nRUN echo about to fail && false\n")
+    stopped = _stopped_build_steps()
     with pytest.raises(ImageBuildError) as raised:
         task_image(load_task(broken))
+    assert _stopped_build_steps() == stopped, "the failed step's container was left behind"
     line = str(raised.value)
     assert "\n" not in line and "building the image of task broken failed (exit code 1" in line
     log = Path(line.rpartition("its log: ")[2])
     assert log.is_file() and "about to fail" in log.read_text()
+
+
+def _stopped_build_steps() -> list[str]:
+    """Exited containers of the base image: what a failed build step leaves unless the builder removes it."""
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", "status=exited", "--filter",
+                             "ancestor=python:3.11-slim"], capture_output=True, text=True, check=True)
+    return sorted(listed.stdout.split())
 
 
 def _this_pid() -> int:

@@ -1,6 +1,7 @@
 """Task images: built once from a task's `environment/` and named by its content, so an edited folder builds anew.
 
-Builds run on the Docker engine the sandboxes use (`DOCKER_HOST`), with the classic builder, one at a time per image
+Builds run on the Docker engine the sandboxes use (`DOCKER_HOST`), with the classic builder (its step containers
+removed after a failed build too), one at a time per image
 across this machine's server processes (a lock file beside the build's log). A failed build raises one line that
 names the log.
 """
@@ -67,7 +68,7 @@ def _build(task: HarborTask, tag: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)   # another server process may be building it
         if _workdir_of(tag) is not None:
             return
-        argv = [facilities.docker, "build", "--tag", tag, "--label", f"envkit.harbor.task={task.name}"]
+        argv = [facilities.docker, "build", "--force-rm", "--tag", tag, "--label", f"envkit.harbor.task={task.name}"]
         network = os.environ.get("ENVKIT_HARBOR_BUILD_NETWORK")
         if network:
             argv += ["--network", network]
@@ -82,8 +83,8 @@ def _build(task: HarborTask, tag: str) -> None:
                 failed = f"not done in build_timeout_sec = {task.build_timeout_s:g} s"
         if failed is not None:
             last = _last_line(log)
-            raise ImageBuildError(f"building the image of task {task.name} failed ({failed}{': ' + last if last else ''}"
-                                  f"); its log: {log}")
+            said = f"{failed}: {last}" if last else failed
+            raise ImageBuildError(f"building the image of task {task.name} failed ({said}); its log: {log}")
         logger.info("built %s in %.1f s", tag, time.monotonic() - started)
 
 
