@@ -17,9 +17,9 @@ import pytest
 from sandbox_helpers import BACKENDS, back_to, leftovers, require
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
-from envkit.agents import AgentResult, reference_command, run_agent
+from envkit.agents import reference_command, run_agent
 from envkit.app.targets import resolve_target
-from envkit.sandbox import Sandbox, SandboxError, SandboxLimits, close_pools, open_sandbox
+from envkit.sandbox import RunResult, Sandbox, SandboxError, SandboxLimits, close_pools, open_sandbox
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=30)
 KEY = "sk-session-1"
@@ -184,7 +184,7 @@ def test_a_missing_socket_inside_is_said_by_the_relay(backend: str, channel: str
 
 
 def test_agent_results_are_plain_data() -> None:
-    result = AgentResult(exit_code=0, timed_out=False, stdout="x", stderr="", duration_s=1.0)
+    result = RunResult(exit_code=0, stdout="x", stderr="", timed_out=False, truncated=False, duration_s=1.0)
     assert result.ok and json.dumps(result.__dict__)
 
 

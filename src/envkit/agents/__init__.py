@@ -9,6 +9,6 @@
 the sandbox has what it needs (see docs/agents.md).
 """
 
-from .run import AgentResult, reference_command, run_agent
+from .run import reference_command, run_agent
 
-__all__ = ["AgentResult", "run_agent", "reference_command"]
+__all__ = ["run_agent", "reference_command"]

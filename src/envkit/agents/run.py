@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import time
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from ..sandbox import Sandbox, SandboxError
+from ..sandbox import RunResult, Sandbox, SandboxError
 from ..sandbox.base import CHANNEL
 
-__all__ = ["AgentResult", "run_agent", "reference_command", "install", "PORT", "SOCKET_NAME", "INSIDE"]
+__all__ = ["run_agent", "reference_command", "install", "PORT", "SOCKET_NAME", "INSIDE"]
 
 #: The port the relay listens on inside the sandbox.
 PORT = 8080
@@ -28,7 +27,7 @@ PORT = 8080
 SOCKET_NAME = "proxy.sock"
 #: Where envkit's own files go inside the sandbox (its private /tmp, outside the agent's work folder).
 INSIDE = "/tmp/envkit"
-#: Characters of the agent's output kept in `AgentResult` (the end of longer output).
+#: Characters of the agent's output its result keeps (the end of longer output).
 TAIL_CHARS = 8000
 #: Bytes of the command line, and of the variables, the sandbox's kernel takes as one argument (MAX_ARG_STRLEN).
 MAX_ARGUMENT_BYTES = 131_071
@@ -40,22 +39,6 @@ class HasApiKey(Protocol):
     """A model server's session: `envkit.capture`'s `CaptureSession`, or anything with its key."""
 
     api_key: str
-
-
-@dataclass(frozen=True)
-class AgentResult:
-    """How an agent's command ended. `exit_code` is None when `timed_out`; output is the end of what it printed."""
-
-    exit_code: int | None
-    timed_out: bool
-    stdout: str
-    stderr: str
-    duration_s: float
-
-    @property
-    def ok(self) -> bool:
-        """The agent exited with 0 in time."""
-        return self.exit_code == 0 and not self.timed_out
 
 
 @cache
@@ -83,7 +66,7 @@ def reference_command(instruction: str, *, max_turns: int = 8, model: str = "env
 
 def run_agent(sandbox: Sandbox, command: str, *, session: HasApiKey | None = None, api_key: str | None = None,
               socket_path: str | None = None, timeout_s: float, env: Mapping[str, str] | None = None,
-              port: int = PORT) -> AgentResult:
+              port: int = PORT) -> RunResult:
     """Run the agent `command` (a shell command line) in `sandbox`'s work folder, its model calls relayed to the
     unix socket `socket_path` (default `<channel_dir>/proxy.sock`), which a server must already listen on.
 
@@ -111,10 +94,10 @@ def run_agent(sandbox: Sandbox, command: str, *, session: HasApiKey | None = Non
     install(sandbox)
     argv = ["python3", "-I", "-S", f"{INSIDE}/forward.py", str(port), f"{CHANNEL}/{os.path.basename(path)}", encoded,
             "--", "/bin/sh", "-c", command]
-    started = time.monotonic()
     done = sandbox.run(argv, timeout_s=timeout_s)
-    return AgentResult(exit_code=done.exit_code, timed_out=done.timed_out, stdout=done.stdout[-TAIL_CHARS:],
-                       stderr=done.stderr[-TAIL_CHARS:], duration_s=time.monotonic() - started)
+    cut = len(done.stdout) > TAIL_CHARS or len(done.stderr) > TAIL_CHARS
+    return replace(done, stdout=done.stdout[-TAIL_CHARS:], stderr=done.stderr[-TAIL_CHARS:],
+                   truncated=done.truncated or cut)
 
 
 def _variables(env: Mapping[str, str], key: str, port: int) -> str:

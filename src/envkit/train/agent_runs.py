@@ -246,7 +246,7 @@ class AgentEpisode:
         self._socket: str | None = None
 
     def run(self, arguments: dict[str, Any]) -> Any:
-        """Reset, run the agent in the environment's sandbox; its `AgentResult`."""
+        """Reset, run the agent in the environment's sandbox; how its command ended (`RunResult`)."""
         from ..agents import run_agent
 
         self.environment.reset(**arguments)
