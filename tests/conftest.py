@@ -66,7 +66,9 @@ def third_party_python(name: str, requirement: str, module: str, override: str, 
     created and `pip install`ed on first use (reused as it is afterwards).
 
     `sees_runner`: the venv also sees the packages of the interpreter running the tests (torch, trl, envkit),
-    for clients that must run beside them; its own packages come first.
+    for clients that must run beside them; its own packages come first. That interpreter's site-packages is added
+    as a site folder, so its `.pth` files (an editable envkit's among them) are read too; it is written on every
+    call, so a venv made under another runner follows the current one.
     `base_python`: the interpreter the venv is made from (`python -m venv`), for packages that need another Python
     than the one running the tests; by default that one.
     """
@@ -80,9 +82,10 @@ def third_party_python(name: str, requirement: str, module: str, override: str, 
             subprocess.run([base_python, "-m", "venv", str(home)], check=True)
         else:
             venv.create(home, with_pip=True)
-        if sees_runner:
-            site = next(home.glob("lib/python*/site-packages"))
-            (site / "_runner_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if sees_runner:
+        site = next(home.glob("lib/python*/site-packages"))
+        runner = sysconfig.get_paths()["purelib"]
+        (site / "_runner_site.pth").write_text(f"import site; site.addsitedir({runner!r})\n")
     if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode != 0:
         subprocess.run([str(python), "-m", "pip", "install", "-q", requirement], check=True)
     return str(python)
