@@ -25,7 +25,7 @@ from envkit.testing import ServedProcess, running_server
 
 __all__ = ["no_warm_pool"]   # a fixture the tests below use by name
 
-PARTS = (f'python3 - <<"EOF"\nimport json, os\nok = os.path.exists("/app/a.txt"), os.path.exists("/app/b.txt")\n'
+PARTS = ('python3 - <<"EOF"\nimport json, os\nok = os.path.exists("/app/a.txt"), os.path.exists("/app/b.txt")\n'
          'json.dump({"reward": sum(ok) / 2, "has_a": int(ok[0]), "has_b": int(ok[1])}, '
          'open("/logs/verifier/reward.json", "w"))\nEOF')
 
@@ -255,6 +255,7 @@ def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm
         assert env.finish_episode() == 1.0 and env.finish_episode() == 1.0
         channel = box.channel_dir
         env.reset(task_id="hello")
+        assert not os.path.exists(channel)          # the session's own channel went with its container
         env.run_command("ls")
         with pytest.raises(ValueError, match="right after reset"):
             env.agent_sandbox()

@@ -19,7 +19,8 @@ import pytest
 from sandbox_helpers import BACKENDS, back_to, leftovers, require
 from scripted_model import ScriptedModel, text_reply
 
-from envkit.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPathError, close_pools, open_sandbox
+from envkit.sandbox import (Sandbox, SandboxError, SandboxLimits, SandboxPathError, close_pools, open_sandbox,
+                            start_with_channel)
 
 LIMITS = SandboxLimits(wall_s=10)
 #: Python run inside: an HTTP GET of /v1/models over the channel's socket; prints the status line.
@@ -206,6 +207,34 @@ def test_nothing_is_left_after_channel_sandboxes_close(backend: str, monkeypatch
                 box.close()
         assert back_to(before), (before, leftovers())
         assert os.listdir(folder) == []
+
+
+def own_channels() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("envkit-channel-")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_channel_made_for_the_sandbox_goes_with_it(backend: str) -> None:
+    """channel_dir=True: a fresh folder the sandbox sees at /run/envkit, removed when it closes, or when it cannot
+    be started; a caller's folder stays the caller's (the test above)."""
+    require(backend)
+    before = own_channels()
+    with open_sandbox(backend, limits=LIMITS, channel_dir=True) as sandbox:
+        folder = sandbox.channel_dir
+        assert folder is not None and os.path.isdir(folder) and sandbox.owns_channel
+        Path(folder, "mark").write_text("seen")
+        assert sandbox.run("cat /run/envkit/mark").stdout == "seen"
+    assert not os.path.exists(folder) and own_channels() == before
+
+    def broken(made: str) -> Sandbox:
+        raise SandboxError(f"no sandbox for {made}")
+
+    with pytest.raises(SandboxError, match="no sandbox for"):
+        start_with_channel(broken, True)
+    assert own_channels() == before
+    with pytest.raises(ValueError, match="a folder's path \\(or True") as raised:
+        open_sandbox(backend, channel_dir=False)
+    assert "\n" not in str(raised.value)
 
 
 def test_forwarded_json_is_what_the_model_server_saw(pair: tuple[Channelled, Channelled]) -> None:

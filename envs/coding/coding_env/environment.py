@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 import uuid
-from typing import Any
 
 from envkit import Environment, Metric, tool
 from envkit.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, clip, open_sandbox
@@ -151,9 +148,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             raise ValueError(f"this episode's sandbox already has the channel folder {self._sandbox.channel_dir}; "
                              "call agent_sandbox() again without channel_dir, or reset() first")
         if self._sandbox is None:
-            if channel_dir is None:
-                self._channel = self._channel or tempfile.mkdtemp(prefix="envkit-channel-")
-            self._start_sandbox(AGENT_LIMITS, channel_dir or self._channel)
+            self._start_sandbox(AGENT_LIMITS, channel_dir or True)
         assert self._sandbox is not None
         return self._sandbox
 
@@ -263,18 +258,15 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         assert self._sandbox is not None
         return self._sandbox
 
-    def _start_sandbox(self, limits: SandboxLimits, channel_dir: str | None) -> None:
+    def _start_sandbox(self, limits: SandboxLimits, channel_dir: str | bool | None) -> None:
         sandbox = open_sandbox(limits=limits, channel_dir=channel_dir)
         sandbox.write_file(SOLUTION, self._require_problem().prompt)
         self._sandbox = sandbox
 
     def _close_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
-        channel, self._channel = self._channel, None
         if sandbox is not None:
             sandbox.close()
-        if channel is not None:
-            shutil.rmtree(channel, ignore_errors=True)
 
     def _require_problem(self) -> Problem:
         if self._problem is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..sandbox import start_with_channel
 from ..sandbox.base import CHANNEL, OVERHEAD_MB, SandboxLimits
 from ..sandbox.docker import LABEL, DockerSandbox
 from ..sandbox.pool import pool_for
@@ -66,14 +67,13 @@ class TaskContainer(DockerSandbox):
         return [*argv, self.image, *agent]
 
 
-def open_task_container(task: HarborTask, channel_dir: str | None = None) -> TaskContainer:
+def open_task_container(task: HarborTask, channel_dir: str | bool | None = None) -> TaskContainer:
     """A started container of `task` (its image built first if need be), from the task's warm pool; one with a
-    channel folder (`/run/envkit`, for a loop-owning agent's model server) is started for it."""
+    channel folder (`/run/envkit`, for a loop-owning agent's model server; True: a folder of its own, removed with
+    it) is started for it."""
     image, workdir = task_image(task)
     if channel_dir is not None:
-        container = TaskContainer(task, image, workdir, channel_dir)
-        container.start().wait_ready()
-        return container
+        return start_with_channel(lambda folder: TaskContainer(task, image, workdir, folder), channel_dir)
     key = ("harbor", task.path, image, workdir)
     sandbox = pool_for(key, lambda: TaskContainer(task, image, workdir)).take()
     assert isinstance(sandbox, TaskContainer)

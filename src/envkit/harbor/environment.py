@@ -12,8 +12,6 @@ import os
 import random
 import re
 import shlex
-import shutil
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -91,7 +89,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def __init__(self) -> None:
         self._box: TaskContainer | None = None
-        self._channel: str | None = None
         self._task: HarborTask | None = None
         self._episode_id: str | None = None
         self._calls = self._commands = self._timeouts = 0
@@ -186,9 +183,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         if self._calls:
             raise ValueError("this episode's container has run tool calls, without a channel for an agent: "
                              "call agent_sandbox() right after reset()")
-        if channel_dir is None:
-            self._channel = tempfile.mkdtemp(prefix="envkit-channel-")
-        fresh = open_task_container(task, channel_dir or self._channel)
+        fresh = open_task_container(task, channel_dir or True)
         if box is not None:
             box.close()
         self._box = fresh
@@ -343,11 +338,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _close_box(self) -> None:
         box, self._box = self._box, None
-        channel, self._channel = self._channel, None
         if box is not None:
             box.close()
-        if channel is not None:
-            shutil.rmtree(channel, ignore_errors=True)
 
     def _require_task(self) -> HarborTask:
         if self._task is None:

@@ -8,20 +8,24 @@
 
 Backends: "local" (bubblewrap), "docker" (a container per session), "auto" (local if bubblewrap works here, else
 docker, else `SandboxUnavailableError` naming what to install); `ENVKIT_SANDBOX=local|docker` chooses for "auto".
-`channel_dir=` binds a host folder read-only at /run/envkit, for the host's unix sockets: a sandbox's one way out.
+`channel_dir=` binds a host folder read-only at /run/envkit, for the host's unix sockets: a sandbox's one way out
+(`channel_dir=True`: a fresh folder of the sandbox's own, removed when it closes).
 See docs/environments.md#sandboxes.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from typing import Callable, TypeVar
 
 from .base import (RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
                    SandboxUnavailableError, clip)
 from .pool import close_pools, pool_for
 
 __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
-           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS"]
+           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel"]
 
 BACKENDS = ("auto", "local", "docker")
 #: The image a docker sandbox runs when none is named.
@@ -29,7 +33,7 @@ DEFAULT_IMAGE = "python:3.11-slim"
 
 
 def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, image: str | None = None,
-                 channel_dir: str | None = None) -> Sandbox:
+                 channel_dir: str | os.PathLike[str] | bool | None = None) -> Sandbox:
     """A started sandbox, ready for its first command; close it (or use `with`) when its session ends.
 
     Args:
@@ -38,34 +42,53 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
         image: the docker backend's image (default python:3.11-slim); naming one makes "auto" choose docker.
         channel_dir: a host folder the sandbox sees, read-only, at `/run/envkit`: the only way out of it, for unix
             sockets the host listens on there (`Sandbox.admit` lets the sandbox connect to one). The folder stays the
-            caller's; a sandbox with one is started for it, not taken from a warm pool.
+            caller's; True makes a fresh one that is the sandbox's own, removed when it closes. A sandbox with a
+            channel is started for it, not taken from a warm pool.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     limits = SandboxLimits() if limits is None else limits
     if not isinstance(limits, SandboxLimits):
         raise ValueError(f"limits must be a SandboxLimits; got {type(limits).__name__}")
-    channel = None if channel_dir is None else _channel(channel_dir)
     chosen = _choose(backend, image)
     if chosen == "local":
         if image is not None:
             raise ValueError("the local backend runs the host's /usr, not an image; leave image out or use docker")
         from .local import LocalSandbox
-        if channel is not None:
-            return LocalSandbox(limits, channel).start().wait_ready()
+        if channel_dir is not None:
+            return start_with_channel(lambda folder: LocalSandbox(limits, folder), channel_dir)
         return pool_for(("local", limits), lambda: LocalSandbox(limits)).take()
     from .docker import DockerSandbox, docker_facilities
     image = image or DEFAULT_IMAGE
     docker_facilities().check_image(image)
-    if channel is not None:
-        return DockerSandbox(limits, image, channel).start().wait_ready()
+    if channel_dir is not None:
+        return start_with_channel(lambda folder: DockerSandbox(limits, image, folder), channel_dir)
     return pool_for(("docker", limits, image), lambda: DockerSandbox(limits, image)).take()
 
 
-def _channel(channel_dir: str | os.PathLike[str]) -> str:
+SandboxT = TypeVar("SandboxT", bound=Sandbox)
+
+
+def start_with_channel(make: Callable[[str], SandboxT], channel_dir: str | os.PathLike[str] | bool) -> SandboxT:
+    """`make(folder)` started and ready, with `channel_dir` as its channel folder: a path is checked and stays the
+    caller's; True makes a fresh folder that is the sandbox's own, removed when it closes (or fails to start)."""
+    owned = channel_dir is True
+    folder = os.path.realpath(tempfile.mkdtemp(prefix="envkit-channel-")) if owned else _channel(channel_dir)
+    try:
+        sandbox = make(folder)
+    except BaseException:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    sandbox.owns_channel = owned
+    return sandbox.start().wait_ready()
+
+
+def _channel(channel_dir: object) -> str:
     """The channel folder's real path, checked: an existing folder whose path a bind mount can carry."""
     if not isinstance(channel_dir, (str, os.PathLike)):
-        raise ValueError(f"channel_dir must be a folder's path; got {type(channel_dir).__name__}")
+        raise ValueError(f"channel_dir must be a folder's path (or True, for a folder of the sandbox's own); "
+                         f"got {channel_dir!r}")
     real = os.path.realpath(channel_dir)
     if not os.path.isdir(real):
         raise ValueError(f"channel_dir {str(channel_dir)!r} is not a folder: make it first (tempfile.mkdtemp())")

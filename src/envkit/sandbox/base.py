@@ -12,6 +12,7 @@ import io
 import json
 import os
 import select
+import shutil
 import stat
 import subprocess
 import tarfile
@@ -197,8 +198,9 @@ class Sandbox:
 
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         self.limits = limits
-        #: The host folder the sandbox sees at `CHANNEL`, or None.
+        #: The host folder the sandbox sees at `CHANNEL`, or None; removed at close when the sandbox owns it.
         self.channel_dir = channel_dir
+        self.owns_channel = False
         self._uid: int | None = None
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
@@ -273,8 +275,8 @@ class Sandbox:
         return not self._closed and self._broken is None and self._process is not None and self._process.poll() is None
 
     def close(self) -> None:
-        """End every process of the sandbox and remove its work folder; idempotent. A command still running (on
-        another thread) is ended at once; its caller gets a SandboxError."""
+        """End every process of the sandbox and remove its work folder (and its channel folder, when its own);
+        idempotent. A command still running (on another thread) is ended at once; its caller gets a SandboxError."""
         if not self._lock.acquire(blocking=False):
             self._broken = "the sandbox was closed while the command ran"
             if self._process is not None:
@@ -285,6 +287,8 @@ class Sandbox:
                 return
             self._closed = True
             self._end_process()
+            if self.owns_channel and self.channel_dir is not None:
+                shutil.rmtree(self.channel_dir, ignore_errors=True)
         finally:
             self._lock.release()
 
