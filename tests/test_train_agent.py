@@ -298,8 +298,9 @@ def test_a_loop_owning_agent_learns(vllm_mode: str, tmp_path: Path, monkeypatch:
     """A one-call agent of this file (`NOTE_AGENT`, a shell command) writes the model's reply as a note scored by its
     length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0,
     sampled through transformers or the trainer's colocated vLLM (its CPU build). The mean reward of the last 3 steps
-    must beat the first 3 steps' by 1.0 (figures, other seeds and the controls: docs/training.md, "Training
-    loop-owning agents").
+    must reach 1.6 (of the 2.0 cap) and beat the first 3 steps' by 0.5: where a run starts varies with how the
+    sessions' calls fall into batches (0.22 to 1.07 over the runs measured), and a high start leaves less than 1.0 to
+    gain. Figures, seeds and the controls: docs/training.md, "Training loop-owning agents".
     """
     import shlex
 
@@ -315,4 +316,4 @@ def test_a_loop_owning_agent_learns(vllm_mode: str, tmp_path: Path, monkeypatch:
     assert (summary.steps, summary.episodes, summary.lost) == (8, 64, 0), summary.lost_reasons
     rewards = [json.loads(line)["reward"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
-    assert last > first + 1.0, rewards
+    assert last >= 1.6 and last >= first + 0.5, rewards
