@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -245,6 +246,8 @@ def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm
         env.reset(task_id="hello")
         box = env.agent_sandbox()
         assert box.channel_dir is not None and env.agent_sandbox() is box
+        with pytest.raises(ValueError, match="already has the channel folder .*reset\\(\\) first"):
+            env.agent_sandbox(channel_dir=tempfile.gettempdir())
         instruction = env.agent_instruction()
         assert instruction == "Write hello to /app/hello.txt.\n"
         replies = [tool_reply("echo hello > hello.txt && cat /app/hello.txt"), text_reply("Done.")]
