@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from envkit.sandbox import SandboxUnavailableError
 from envkit.sandbox.base import Uids
 from envkit.sandbox.cgroups import PREFIX
 
-BACKENDS = ["local", "docker"]
+BACKENDS = ["local", "docker", "landlock"]
 IMAGE = "python:3.11-slim"
 
 
@@ -25,6 +26,9 @@ def require(backend: str) -> None:
         if backend == "local":
             from envkit.sandbox.local import local_facilities
             local_facilities()
+        elif backend == "landlock":
+            from envkit.sandbox.landlock import landlock_facilities
+            landlock_facilities()
         else:
             skip_without_engine()
             os.environ["DOCKER_HOST"] = engine_host()
@@ -45,17 +49,31 @@ def sandbox_processes(server_pid: int) -> list[str]:
 
 def leftovers(server_pid: int | None = None) -> dict[str, int]:
     """What the sandboxes of one server (default this process) hold on this machine: processes, cgroups, containers,
-    and host mounts naming them. Counted per server: other servers may run sandboxes on this machine meanwhile."""
+    host mounts naming them, and the landlock backend's folders. Counted per server: other servers may run sandboxes
+    on this machine meanwhile."""
     pid = os.getpid() if server_pid is None else server_pid
-    cgroups = [path for root in Path("/sys/fs/cgroup").glob("*") for path in root.rglob(f"{PREFIX}{pid}-*")]
+    cgroups = _cgroups(f"{PREFIX}{pid}-*")
     containers = 0
     if os.environ.get("DOCKER_HOST"):
         listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=envkit.sandbox={pid}"],
                                 capture_output=True, text=True).stdout
         containers = len(listed.split())
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"{PREFIX}{pid}-" in line]
+    landlock = Path(tempfile.gettempdir(), "envkit-landlock")
+    folders = [path for path in landlock.glob(f"*.*.{pid}.*/*")] if landlock.is_dir() else []
     return {"processes": len(sandbox_processes(pid)), "cgroups": len(cgroups), "containers": containers,
-            "mounts": len(mounts)}
+            "mounts": len(mounts), "folders": len(folders)}
+
+
+def _cgroups(pattern: str) -> list[Path]:
+    """The cgroup folders named `pattern`, in every controller; walked again when one goes while it is walked
+    (other servers on this machine remove theirs meanwhile)."""
+    for _ in range(10):
+        try:
+            return [path for root in Path("/sys/fs/cgroup").glob("*") for path in root.rglob(pattern)]
+        except FileNotFoundError:
+            continue
+    raise RuntimeError("the cgroup folders kept changing while they were counted")
 
 
 def back_to(before: dict[str, int], timeout_s: float = 15.0) -> bool:

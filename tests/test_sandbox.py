@@ -26,7 +26,7 @@ def test_commands_strings_and_lists(box: Sandbox) -> None:
                                                                                            False, False)
     assert box.run(["printf", "%s|", "a b", "c"]).stdout == "a b|c|"
     assert box.run(["no-such-program"]).exit_code == 127
-    assert box.run("pwd").stdout == "/work\n"
+    assert box.run("pwd").stdout == f"{box.workdir}\n"
 
 
 def test_stdin_and_python(box: Sandbox) -> None:
@@ -39,7 +39,7 @@ def test_stdin_and_python(box: Sandbox) -> None:
 
 def test_files_persist_between_commands(box: Sandbox) -> None:
     box.write_file("pkg/data.bin", bytes(range(256)))
-    box.write_file("/work/pkg/note.txt", "é")
+    box.write_file(f"{box.workdir}/pkg/note.txt", "é")
     assert box.read_file("pkg/data.bin") == bytes(range(256))
     assert box.run("cat pkg/note.txt; ls pkg").stdout == "é" + "data.bin\nnote.txt\n"
     box.run("echo made > made.txt")

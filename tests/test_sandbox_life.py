@@ -31,7 +31,7 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     close_pools()
 
 
-NOTHING = {"processes": 0, "cgroups": 0, "containers": 0, "mounts": 0}
+NOTHING = {"processes": 0, "cgroups": 0, "containers": 0, "mounts": 0, "folders": 0}
 
 
 def settled(server_pid: int | None = None, timeout_s: float = 15.0) -> dict[str, int]:
@@ -95,7 +95,7 @@ def test_server_killed_with_sigkill_leaves_nothing(backend: str) -> None:
         assert leftovers(server)["processes"] > 0
         served.kill()
     left = settled(server)
-    assert {**left, "cgroups": 0} == NOTHING
+    assert {**left, "cgroups": 0, "folders": 0} == NOTHING
     # A killed server cannot remove its cgroup folders; the next process that opens a sandbox does.
     subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; open_sandbox().close()"],
                    env=env_vars, check=True, timeout=120)

@@ -172,16 +172,16 @@ def share(path: str, uid: int | None, other_bits: int) -> None:
         os.chmod(path, os.lstat(path).st_mode & 0o7777 | other_bits)
 
 
-def relative_path(path: str) -> str:
+def relative_path(path: str, workdir: str = WORKDIR) -> str:
     """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the agent
     then refuses symlinks that lead out)."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
-    if path.startswith("/") and path != WORKDIR and not path.startswith(WORKDIR + "/"):
-        raise SandboxPathError(f"{path!r} is outside the work folder {WORKDIR}; give a path inside it")
+    if path.startswith("/") and path != workdir and not path.startswith(workdir + "/"):
+        raise SandboxPathError(f"{path!r} is outside the work folder {workdir}; give a path inside it")
     if ".." in path.split("/"):
-        raise SandboxPathError(f"{path!r} contains '..'; give a path inside the work folder {WORKDIR}")
-    return path[len(WORKDIR):].lstrip("/") or "." if path.startswith("/") else path
+        raise SandboxPathError(f"{path!r} contains '..'; give a path inside the work folder {workdir}")
+    return path[len(workdir):].lstrip("/") or "." if path.startswith("/") else path
 
 
 class Sandbox:
@@ -220,6 +220,26 @@ class Sandbox:
     def _cleanup(self) -> None:
         """Remove what the sandbox left on the host once its process has ended; default nothing."""
 
+    def _options(self) -> dict[str, Any]:
+        """What the agent is told at start (its second argument)."""
+        return {"workdir": self.workdir, "confined": self.confined}
+
+    def _environment(self) -> dict[str, str] | None:
+        """The agent's environment variables; default this process's (a backend's wrapper clears them)."""
+        return None
+
+    def _agent_source(self) -> str:
+        """The source the agent's bootstrap runs."""
+        return agent_source()
+
+    def _ready(self, answer: dict[str, Any]) -> None:
+        """Read what the agent said when it became ready; default nothing."""
+
+    @property
+    def channel(self) -> str | None:
+        """Where commands inside see the channel folder, or None without one."""
+        return CHANNEL if self.channel_dir is not None else None
+
     @property
     def host_uid(self) -> int | None:
         """The host uid the sandbox's processes run as, when it has one of its own (None: this process's)."""
@@ -244,15 +264,15 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         """Start the sandbox's process; `wait_ready` then waits for the agent's first line."""
-        options = {"workdir": self.workdir, "confined": self.confined}
-        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
+        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)),
+                           json.dumps(self._options())])
         try:
             if self.channel_dir is not None:
                 share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=self._before_exec).result()
-            self._process.stdin.write(json.dumps(agent_source()).encode() + b"\n")
+                start_new_session=True, preexec_fn=self._before_exec, env=self._environment()).result()
+            self._process.stdin.write(json.dumps(self._agent_source()).encode() + b"\n")
             self._process.stdin.flush()
         except BaseException:
             self.close()
@@ -265,9 +285,10 @@ class Sandbox:
             assert self._process is not None and self._process.stderr is not None
             self._kill()
             self._process.wait()
-            said = self._process.stderr.read(4096).decode(errors="replace").strip()
+            said = (answer or {}).get("message") or self._process.stderr.read(4096).decode(errors="replace").strip()
             self.close()
             raise SandboxError(f"the {self.backend} sandbox did not start: {said or f'no answer in {timeout_s:g}s'}")
+        self._ready(answer)
         return self
 
     @property
@@ -380,7 +401,7 @@ class Sandbox:
 
     def _path(self, path: str) -> str:
         if self.confined:
-            return relative_path(path)
+            return relative_path(path, self.workdir)
         if not isinstance(path, str) or not path or "\0" in path:
             raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
         return path

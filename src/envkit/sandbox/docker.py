@@ -33,16 +33,16 @@ class DockerFacilities:
     def __init__(self) -> None:
         self.docker = shutil.which("docker")
         if self.docker is None:
-            raise SandboxUnavailableError("the docker sandbox needs the docker command and a running engine "
-                                          "(apt-get install docker.io; bash scripts/docker_engine.sh start)")
+            raise SandboxUnavailableError("no docker command here (apt-get install docker.io, and an engine it "
+                                          "may reach)")
         try:
             answer = self.cli("version", "--format", "{{.Server.Version}}", timeout=10)
         except subprocess.TimeoutExpired:
             answer = subprocess.CompletedProcess([], 1, "", "no answer in 10s")
         if answer.returncode != 0:
-            where = os.environ.get("DOCKER_HOST", "the default socket")
-            raise SandboxUnavailableError(f"no Docker engine answers at {where}: start one "
-                                          "(bash scripts/docker_engine.sh start) and export the DOCKER_HOST it prints")
+            where = os.environ.get("DOCKER_HOST") or ("/var/run/docker.sock" if os.path.exists(
+                "/var/run/docker.sock") else "/var/run/docker.sock, which does not exist, and DOCKER_HOST is unset")
+            raise SandboxUnavailableError(f"no Docker engine answers at {where}")
         self.version = answer.stdout.strip()
         self._images: set[str] = set()
         self._count = itertools.count()
@@ -57,8 +57,8 @@ class DockerFacilities:
         if image in self._images:
             return
         if self.cli("image", "inspect", "--format", "{{.Id}}", image).returncode != 0:
-            raise SandboxUnavailableError(f"the Docker engine has no image {image!r}: build or load it first "
-                                          "(scripts/docker_engine.sh builds python:3.11-slim)")
+            raise SandboxUnavailableError(f"the Docker engine has no image {image!r}: pull, build or load it first "
+                                          f"(docker pull {image})")
         self._images.add(image)
         logger.info("docker sandboxes: engine %s, image %s, no network, read-only root, uid per container",
                     self.version, image)
