@@ -22,7 +22,9 @@ def hidden_folders() -> set[str]:
     folder envkit was imported from, the server's virtual environment and its working folder."""
     found = set(glob("/usr/lib/python3*/*-packages") + glob("/usr/local/lib/python3*/*-packages") +
                 glob("/usr/lib/python3/dist-packages") + site.getsitepackages())
-    found |= {str(Path(__file__).resolve().parents[2]), sys.prefix, os.getcwd()}
+    found |= {str(Path(__file__).resolve().parents[2]), os.getcwd()}
+    if sys.prefix != sys.base_prefix:       # a virtual environment (a system Python's prefix is /usr)
+        found.add(sys.prefix)
     return {os.path.realpath(folder) for folder in found if os.path.isdir(folder)}
 
 
