@@ -26,6 +26,8 @@ WORKDIR = "/work"
 CONFINED = True
 #: Whether this agent is process 1 of the sandbox's pid namespace; else it confines itself (confine.py, sent ahead).
 PROCESS_ONE = True
+#: Whether other processes (the server, other sandboxes) run as this agent's uid, and count against its limit.
+SHARED_UID = False
 #: The folders commands may write, measured every `DISK_EVERY_S` against the disk limit when not on a tmpfs.
 WRITABLE = ()
 DISK_EVERY_S = 0.05
@@ -70,7 +72,7 @@ def command_limits(limits):
     rlimits = [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
                (resource.RLIMIT_FSIZE, disk, disk), (resource.RLIMIT_NOFILE, 256, 256), (resource.RLIMIT_CORE, 0, 0)]
     if os.getuid() != 0:   # root's count would be the host's; a container's pids limit bounds root's processes
-        count = limits["processes"] + (0 if PROCESS_ONE else tasks_of(os.getuid()))
+        count = limits["processes"] + (tasks_of(os.getuid()) if SHARED_UID else 0)
         rlimits.append((resource.RLIMIT_NPROC, count, count))
 
     def apply():
@@ -266,7 +268,7 @@ HANDLERS = {"run": run, "write": write, "read": read, "unpack": unpack}
 
 
 def main():
-    global WORKDIR, CONFINED, PROCESS_ONE, WRITABLE
+    global WORKDIR, CONFINED, PROCESS_ONE, WRITABLE, SHARED_UID
     limits = json.loads(sys.argv[1])
     options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     WORKDIR, CONFINED = options.get("workdir", WORKDIR), options.get("confined", CONFINED)
@@ -274,7 +276,7 @@ def main():
     os.chdir(WORKDIR)
     enforced = {}
     if options.get("confine"):
-        PROCESS_ONE, WRITABLE = False, tuple(options["confine"]["write"])
+        PROCESS_ONE, WRITABLE, SHARED_UID = False, tuple(options["confine"]["write"]), options["confine"]["shared_uid"]
         try:
             enforced = confine_agent(options["confine"])
         except (Unconfinable, OSError) as error:

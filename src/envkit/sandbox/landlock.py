@@ -141,7 +141,8 @@ class LandlockSandbox(Sandbox):
         read = self._facilities.read + ([self.channel_dir] if self.channel_dir else [])
         return {**super()._options(), "confine": {"read": read, "write": [self.workdir, self._tmp],
                                                   "devices": list(DEVICES),
-                                                  "unix_sockets": self.channel_dir is not None}}
+                                                  "unix_sockets": self.channel_dir is not None,
+                                                  "shared_uid": self._uid is None}}
 
     def _environment(self) -> dict[str, str] | None:
         return {"PATH": PATH, "HOME": self.workdir, "TMPDIR": self._tmp, "LANG": "C.UTF-8"}
