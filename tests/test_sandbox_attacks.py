@@ -10,8 +10,6 @@ than an empty network, other processes listed but out of reach); the test says s
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 import os
 import shutil
 import socket
@@ -25,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sandbox_env import LIMITS, SandboxEnvironment, ShellAction, ShellObservation
-from docker_engine import engine_host, skip_without_engine, staged_env_image
+from docker_engine import engine_host, serving_image, skip_without_engine, staged_env_image
 from sandbox_helpers import BACKENDS, require
 
 import envkit
@@ -94,24 +92,10 @@ def served_in_image(stage: Path) -> Iterator[tuple[str, int, int, list[str]]]:
     skip_without_engine()
     os.environ["DOCKER_HOST"] = engine_host()
     image = staged_env_image("coding", REPO / "envs" / "coding", stage)
-    name = f"envkit-attacks-{os.getpid()}"
-    started = subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "-p", "127.0.0.1::8000",
-                              "-v", f"{REPO / 'tests'}:/tests:ro", "-e", "PYTHONPATH=/tests", image, "envkit", "serve",
-                              "sandbox_env:SandboxEnvironment", "--host", "0.0.0.0", "--port", "8000",
-                              "--max-concurrent-envs", "4"], capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
-    try:
-        port = subprocess.run(["docker", "port", name, "8000"], capture_output=True, text=True).stdout.split(":")[-1]
-        url = f"http://127.0.0.1:{port.strip()}"
-        for _ in range(120):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+    with serving_image(image, "envkit", "serve", "sandbox_env:SandboxEnvironment", "--host", "0.0.0.0", "--port",
+                       "8000", "--max-concurrent-envs", "4",
+                       options=("-v", f"{REPO / 'tests'}:/tests:ro", "-e", "PYTHONPATH=/tests")) as url:
         yield url, 8000, 1, IMAGE_PACKAGES
-    finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
 
 @pytest.fixture(scope="module", params=[*BACKENDS, "image"])
