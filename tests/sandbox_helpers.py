@@ -4,6 +4,7 @@ of what sandboxes leave on the host."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -41,7 +42,8 @@ def require(backend: str) -> None:
 def sandbox_processes(server_pid: int) -> list[str]:
     """Host processes of the sandboxes of the server with pid `server_pid`: those running as a uid of its block,
     and its `docker run` commands."""
-    first = Uids.BASE + (server_pid % Uids.BLOCKS) * Uids.PER_SERVER
+    claimed = [int(path.stem) for path in Uids.FOLDER.glob("*.lock") if path.read_text() == str(server_pid)]
+    first = Uids.BASE + claimed[0] * Uids.PER_SERVER if claimed else -Uids.PER_SERVER
     listed = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
     return [line for line in listed.splitlines()
             if first <= int(line.split()[0]) < first + Uids.PER_SERVER or f"--name envkit-sandbox-{server_pid}-" in line]
@@ -52,13 +54,14 @@ def leftovers(server_pid: int | None = None) -> dict[str, int]:
     host mounts naming them, and the landlock backend's folders. Counted per server: other servers may run sandboxes
     on this machine meanwhile."""
     pid = os.getpid() if server_pid is None else server_pid
-    cgroups = _cgroups(f"{PREFIX}{pid}-*")
+    cgroups = _cgroups(f"{PREFIX}*.*.{pid}.*-*")
     containers = 0
     if os.environ.get("DOCKER_HOST"):
         listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=envkit.sandbox={pid}"],
                                 capture_output=True, text=True).stdout
         containers = len(listed.split())
-    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"{PREFIX}{pid}-" in line]
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if re.search(rf"{PREFIX}\w+\.\d+\.{pid}\.\d+-", line)]
     landlock = Path(tempfile.gettempdir(), "envkit-landlock")
     folders = [path for path in landlock.glob(f"*.*.{pid}.*/*")] if landlock.is_dir() else []
     return {"processes": len(sandbox_processes(pid)), "cgroups": len(cgroups), "containers": containers,

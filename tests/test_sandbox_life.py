@@ -4,6 +4,7 @@ sessions, or a server killed with SIGKILL (processes, cgroups, containers and mo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -114,3 +115,30 @@ def test_an_ors_session_ends_its_sandbox_when_deleted(backend: str) -> None:
         assert leftovers()["processes"] > 0
         http.post("/delete_session", headers={"X-Session-ID": sid})
         assert settled() == NOTHING
+
+
+def test_only_cgroups_of_owners_provably_gone_are_removed() -> None:
+    """A dead server's pid may name a live process by then (pids are reused), and a server in another pid namespace
+    is out of sight: only an owner whose pid now runs with another start time, in this namespace, is gone."""
+    require("local")
+    from envkit.sandbox.cgroups import PREFIX, Cgroups
+    from envkit.sandbox.local import local_facilities
+    from envkit.sandbox.owner import current_owner
+
+    found = local_facilities().cgroups
+    if found is None or found.pids is None:
+        pytest.skip("no writable pids controller here")
+    boot, namespace, pid, started = current_owner().split(".")
+    owners = {"reused pid": f"{boot}.{namespace}.{os.getppid()}.1", "live": current_owner(),
+              "other namespace": f"{boot}.1.{pid}.1", "other boot": f"000000000000.{namespace}.{pid}.1"}
+    folders = {name: found.pids / f"{PREFIX}{owner}-probe" for name, owner in owners.items()}
+    for folder in folders.values():
+        folder.mkdir()
+    try:
+        Cgroups()          # what the next server does when it first opens a sandbox
+        assert {name: folder.exists() for name, folder in folders.items()} == {
+            "reused pid": False, "live": True, "other namespace": True, "other boot": True}
+    finally:
+        for folder in folders.values():
+            if folder.exists():
+                folder.rmdir()

@@ -115,8 +115,6 @@ def run(request, limits):
     finally:
         for fd in pass_fds:
             os.close(fd)
-    if not PROCESS_ONE:
-        CONFINEMENT["group"] = process.pid
     output, truncated, timed_out, status = collect(process, request, limits, started)
     return {"exit_code": None if timed_out else os.waitstatus_to_exitcode(status),
             "stdout": base64.b64encode(output["stdout"]).decode(), "stderr": base64.b64encode(output["stderr"]).decode(),

@@ -8,6 +8,7 @@ and with it every process of the sandbox; so does the server's death, which clos
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -116,22 +118,50 @@ def once(make: Callable[[], T]) -> Callable[[], T]:
 
 class Uids:
     """Host uids for sandboxes: a block per server process, one uid per open sandbox, so that no two sandboxes
-    share a process count (RLIMIT_NPROC is per uid) or may signal each other."""
+    share a process count (RLIMIT_NPROC is per uid) or may signal each other.
+
+    A process claims its block with a lock (`lockf`, held while it lives, released by the kernel when it dies) on a
+    file of `FOLDER` per block, starting from its pid's: no two processes of this machine that share `FOLDER` hold
+    the same block at once, whatever their pids. The file holds the claimant's pid, for tests counting what a
+    server's sandboxes run."""
 
     BASE, PER_SERVER, BLOCKS = 1_000_000, 1024, 4096
+    FOLDER = Path(tempfile.gettempdir()) / "envkit-uids"
 
     def __init__(self) -> None:
         self._taken: set[int] = set()
         self._lock = threading.Lock()
+        self._claim: tuple[int, int, int] | None = None    # (pid, block, fd)
 
     @property
     def base(self) -> int:
-        """The first uid of this process's block (read at each use: a forked worker has a block of its own)."""
-        return self.BASE + (os.getpid() % self.BLOCKS) * self.PER_SERVER
+        """The first uid of this process's block (claimed at first use; a forked worker claims a block of its own)."""
+        with self._lock:
+            return self.BASE + self._block() * self.PER_SERVER
+
+    def _block(self) -> int:
+        if self._claim is not None and self._claim[0] == os.getpid():
+            return self._claim[1]
+        self._taken.clear()       # a forked worker's: its parent's sandboxes are not its own
+        self.FOLDER.mkdir(mode=0o755, exist_ok=True)
+        for step in range(self.BLOCKS):
+            block = (os.getpid() + step) % self.BLOCKS
+            fd = os.open(self.FOLDER / f"{block}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._claim = (os.getpid(), block, fd)
+            return block
+        raise SandboxUnavailableError(f"all {self.BLOCKS} blocks of sandbox uids are held by live processes")
 
     def take(self) -> int:
         with self._lock:
-            for uid in range(self.base, self.base + self.PER_SERVER):
+            first = self.BASE + self._block() * self.PER_SERVER
+            for uid in range(first, first + self.PER_SERVER):
                 if uid not in self._taken:
                     self._taken.add(uid)
                     return uid

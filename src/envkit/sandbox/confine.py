@@ -15,11 +15,10 @@ through `ctypes`, the seccomp filter compiled once by the system's libseccomp (`
 import ctypes
 import errno
 import os
-import signal
 import stat
 
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER = 38, 1, 22, 36
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER = 38, 22, 36
 SECCOMP_MODE_FILTER = 2
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
@@ -82,7 +81,7 @@ class Unconfinable(Exception):
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.syscall.restype = ctypes.c_long
-#: What each command's child needs: the ruleset to enter again, the compiled filter, and the group to end.
+#: What each command's child needs: the ruleset to enter again and the compiled filter.
 CONFINEMENT = {}
 
 
@@ -190,9 +189,7 @@ def confine_agent(spec):
     checked(LIBC.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
             "landlock_restrict_self")
     buffer = ctypes.create_string_buffer(program, len(program))
-    CONFINEMENT.update(ruleset=ruleset, buffer=buffer, fprog=Fprog(len(program) // 8, ctypes.addressof(buffer)),
-                       group=None)
-    signal.signal(signal.SIGTERM, ended_from_outside)   # the server's death (the host asks for it at start)
+    CONFINEMENT.update(ruleset=ruleset, buffer=buffer, fprog=Fprog(len(program) // 8, ctypes.addressof(buffer)))
     return {"landlock": abi, "seccomp": True}
 
 
@@ -201,13 +198,3 @@ def confine_command():
     checked(LIBC.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(CONFINEMENT["ruleset"]),
                          ctypes.c_uint32(0)), "landlock_restrict_self")
     checked(LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(CONFINEMENT["fprog"]), 0, 0), "seccomp")
-
-
-def ended_from_outside(signum, frame):
-    """The server died (or is ending the sandbox): end the running command's process group, then the agent."""
-    if CONFINEMENT.get("group"):
-        try:
-            os.killpg(CONFINEMENT["group"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os._exit(1)

@@ -14,12 +14,10 @@ those of a server that died are removed when the next one starts.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
 import tempfile
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,6 @@ logger = logging.getLogger("envkit.sandbox")
 #: Devices a command may read and write.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 PATH = "/usr/local/bin:/usr/bin:/bin"
-PR_SET_PDEATHSIG = 1
 
 
 def system_python() -> str:
@@ -105,11 +102,6 @@ def landlock_facilities() -> LandlockFacilities:
     return facilities
 
 
-@cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 class LandlockSandbox(Sandbox):
     """A sandbox confined by Landlock and seccomp, as a child process of this one."""
 
@@ -128,7 +120,6 @@ class LandlockSandbox(Sandbox):
             if self._uid is not None:
                 os.chown(folder, self._uid, self._uid)
         os.chmod(self._home, 0o711)
-        _libc()         # loaded here: the child between fork and exec only calls it
 
     @property
     def channel(self) -> str | None:
@@ -156,7 +147,6 @@ class LandlockSandbox(Sandbox):
     def _before_exec(self) -> None:
         if self._uid is not None:
             drop_to(self._uid)()
-        _libc().prctl(PR_SET_PDEATHSIG, 15, 0, 0, 0)     # SIGTERM: the agent ends its command, then itself
 
     def _cleanup(self) -> None:
         remove_tree(self._home)
