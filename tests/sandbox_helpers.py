@@ -18,6 +18,9 @@ from envkit.sandbox.base import Uids
 from envkit.sandbox.cgroups import PREFIX
 
 BACKENDS = ["local", "docker", "landlock"]
+#: Backends a loop-owning agent runs on: `run_agent` installs its relay in /tmp and reaches the channel at
+#: /run/envkit, which a landlock sandbox has elsewhere (`Sandbox.channel`, `TMPDIR`).
+AGENT_BACKENDS = ["local", "docker"]
 IMAGE = "python:3.11-slim"
 
 
