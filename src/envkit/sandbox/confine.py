@@ -41,7 +41,7 @@ REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2"
            "clock_settime", "clock_adjtime", "adjtimex", "acct", "quotactl", "quotactl_fd", "syslog", "fanotify_init",
            "io_uring_setup", "io_uring_enter", "io_uring_register", "mount_setattr", "fsopen", "fsconfig", "fsmount",
            "fspick", "move_mount", "open_tree", "lookup_dcookie", "vhangup", "uselib", "kcmp", "move_pages",
-           "migrate_pages", "process_madvise", "mbind", "set_mempolicy", "personality")
+           "migrate_pages", "process_madvise", "personality")
 #: Syscalls that act on another process when their first (or, for these two, second) argument is not 0.
 OTHERS_AT_ARG0 = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr")
 OTHERS_AT_ARG1 = ("setpriority", "ioprio_set")
