@@ -183,6 +183,8 @@ def test_system_folders_are_read_only(served: Served) -> None:
 def test_another_sessions_work_folder_is_not_reachable(served: Served) -> None:
     result = served.run("grep -rl \"neighbour's secret\" / 2>/dev/null; ls /work")
     assert "secret" not in result["stdout"], result
+    listed = served.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")     # without a pid namespace, all of them
+    assert "envkit-landlock/" not in listed["stdout"] and "envkit-channel-" not in listed["stdout"], listed
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../etc/passwd", "/work/../root/x",

@@ -112,6 +112,7 @@ class LandlockSandbox(Sandbox):
         super().__init__(limits, channel_dir)
         self._facilities = facilities or landlock_facilities()
         self.enforced: dict[str, Any] = {}
+        self._arguments: list[str] = []
         self._home = tempfile.mkdtemp(dir=self._facilities.folder())
         self.workdir, self._tmp = f"{self._home}/work", f"{self._home}/tmp"
         self._uid = UIDS.take() if self._facilities.root_run else None
@@ -126,7 +127,10 @@ class LandlockSandbox(Sandbox):
         return self.channel_dir     # no mount namespace: the sandbox sees the folder where the host has it
 
     def _argv(self, agent: list[str]) -> list[str]:
-        return [self._facilities.python, *agent[1:]]
+        # With no pid namespace every command line shows in /proc: the agent's arguments (its folders, its channel)
+        # travel ahead of its source on stdin instead.
+        self._arguments = agent[5:]
+        return [self._facilities.python, *agent[1:5]]
 
     def _options(self) -> dict[str, Any]:
         read = self._facilities.read + ([self.channel_dir] if self.channel_dir else [])
@@ -139,7 +143,8 @@ class LandlockSandbox(Sandbox):
         return {"PATH": PATH, "HOME": self.workdir, "TMPDIR": self._tmp, "LANG": "C.UTF-8"}
 
     def _agent_source(self) -> str:
-        return (Path(__file__).parent / "confine.py").read_text() + "\n" + super()._agent_source()
+        arguments = f"import sys\nsys.argv[1:] = {self._arguments!r}\n"
+        return arguments + (Path(__file__).parent / "confine.py").read_text() + "\n" + super()._agent_source()
 
     def _ready(self, answer: dict[str, Any]) -> None:
         self.enforced = {key: answer[key] for key in ("landlock", "seccomp") if key in answer}
