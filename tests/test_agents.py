@@ -221,7 +221,7 @@ def test_the_coding_env_refuses_an_agent_sandbox_after_tool_calls(monkeypatch: p
     try:
         env.reset(task_id="train/rotate_left_2")
         env.run_command("ls")
-        with pytest.raises(ValueError, match="opened by a tool call.*right after reset"):
+        with pytest.raises(ValueError, match="has run tool calls.*right after reset"):
             env.agent_sandbox()
         env.reset(task_id="train/rotate_left_2")
         assert env.agent_sandbox() is env.agent_sandbox()

@@ -20,7 +20,7 @@ import pytest
 
 from envkit import Action, Environment, Observation, State, tool
 from envkit.errors import ConfigurationError
-from envkit.train.agent_runs import AgentOutcome, outcome_of
+from envkit.train.captured import AgentOutcome, outcome_of
 from envkit.train.settings import TrainSettings
 
 PARTS = [name for name in ("envkit.capture", "envkit.agents") if importlib.util.find_spec(name) is None]
@@ -229,7 +229,7 @@ def test_the_agents_engine_samples_from_the_policy_being_trained(tmp_path: Path)
     differently: the agents talk to the current policy. The same check on an engine holding a copy of the model
     (the broken wiring) sees no change."""
     from envkit.capture import TransformersEngine
-    from envkit.train.agent_runs import policy_engine
+    from envkit.train.agent_rollouts import policy_engine
 
     before, after = _policy_moves_the_engine(tmp_path / "live", policy_engine)
     assert all(abs(a - b) > 1e-3 for a, b in zip(before, after, strict=True)), (before, after)

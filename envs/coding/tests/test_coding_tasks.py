@@ -9,7 +9,8 @@ import pytest
 from coding_env import CodingEnvironment
 from coding_env.grading import SOLUTION, grade
 from coding_env.policies import stub_solution
-from coding_env.problems import humaneval_problems, problem, split_check
+from coding_env.catalog import problem
+from coding_env.problems import humaneval_problems, split_check
 from coding_env.train_problems import train_problems
 
 from envkit.sandbox import Sandbox
