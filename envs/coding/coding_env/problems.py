@@ -38,15 +38,12 @@ def parse(source: str) -> ast.Module:
 
 def loaded_once(load: Callable[[], T]) -> Callable[[], T]:
     """`load()`'s result, made by the first caller while any others wait, then kept."""
-    lock = threading.Lock()
-    made: list[T] = []
+    lock, cached = threading.Lock(), functools.cache(load)
 
     @functools.wraps(load)
     def get() -> T:
         with lock:
-            if not made:
-                made.append(load())
-            return made[0]
+            return cached()
     return get
 
 
