@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol
 
 from ..agents import AgentEnvironment, AgentEpisode, reference_command
 from ..capture import CaptureProxy, GenerationRequest, OpenAIEngine, Sampling
+from ..core.task_refs import split_name
 from ..sandbox import SandboxUnavailableError, docker_facilities
 from .tasks import HarborTask
 
@@ -164,10 +165,9 @@ def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
 
 def _task(env: TaskEpisodes, split: str, index: int) -> tuple[str, HarborTask]:
     """The split a call names ("" is the first) and its task at `index`, as the Task API resolves them."""
-    splits = env.splits()
-    name = split or (splits[0] if splits else "")
-    if name not in splits:
-        raise RolloutFailed(f"unknown split {split!r}; this server's splits are {', '.join(map(repr, splits))}")
+    name = split_name(type(env), split)
+    if name not in env.splits():
+        raise RolloutFailed(f"unknown split {split!r}; this server's splits are {', '.join(map(repr, env.splits()))}")
     tasks = env.tasks(name)
     if not 0 <= index < len(tasks):
         raise RolloutFailed(f"task_index {index} is out of range: split {name!r} has {len(tasks)} tasks "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -33,7 +34,7 @@ class Verdict(Protocol):
     def reward(self) -> float: ...
 
 
-class SandboxEpisode:
+class SandboxEpisode(ABC):
     """The sandbox, task, steps and agent contract of an environment whose sessions each have a sandbox."""
 
     #: The class `step` takes (with a `kind`, "submit" among them).
@@ -50,17 +51,17 @@ class SandboxEpisode:
 
     # -- what a subclass provides
 
+    @abstractmethod
     def _open(self, channel_dir: str | bool | None) -> Sandbox:
         """A started sandbox for the episode's task: with `channel_dir` (for an agent) when it is not None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _move(self, action: Any) -> Any:
         """One tool call that is not a submit: its observation."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _grade(self, heading: str) -> Any:
         """Grade the episode (set `_verdict`) and return its last observation, its text opening with `heading`."""
-        raise NotImplementedError
 
     # -- the episode
 
