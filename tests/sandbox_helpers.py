@@ -8,6 +8,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,15 @@ def _cgroups(pattern: str) -> list[Path]:
         except FileNotFoundError:
             continue
     raise RuntimeError("the cgroup folders kept changing while they were counted")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Return once `condition()` holds; fail naming `what` was awaited if it does not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout_s:g} s for {what}")
+        time.sleep(0.05)
 
 
 def back_to(before: dict[str, int], timeout_s: float = 15.0) -> bool:

@@ -1,11 +1,11 @@
-"""The landlock backend's half inside the sandbox: the agent confines itself before its first request, and each
+"""The landlock backend's half inside the sandbox: the supervisor confines itself before its first request, and each
 command further, with no privileges and no namespaces.
 
-The landlock backend sends this file's source ahead of the agent's (both run in one namespace). `confine_agent`
+The landlock backend sends this file's source ahead of the supervisor's (both run in one namespace). `confine_supervisor`
 sets no-new-privileges, makes itself the reaper of its commands' orphans, and enters a Landlock domain: read-only
 the folders the host lists, read-write the sandbox's work folder and temporary folder, nothing else; no TCP; no
 signals and no abstract unix sockets out of the domain (Landlock ABI 6). Each command then enters a nested domain
-of the same rules (so it cannot signal or trace its agent either) and a seccomp filter that refuses the syscalls
+of the same rules (so it cannot signal or trace its supervisor either) and a seccomp filter that refuses the syscalls
 that leave a process group, reach the network, trace, mount, load code into the kernel or touch other processes.
 
 Standard library only, since it runs on the sandbox's Python with no site-packages in sight: the Landlock syscalls
@@ -176,8 +176,8 @@ def compile_filter(unix_sockets):
     return program
 
 
-def confine_agent(spec):
-    """Confine this process (the agent) as `spec` says and prepare each command's confinement; what it enforces."""
+def confine_supervisor(spec):
+    """Confine this process (the supervisor) as `spec` says and prepare each command's confinement; what it enforces."""
     abi = landlock_abi()
     if abi < MIN_ABI:
         raise Unconfinable(f"Landlock ABI {abi} here; sandboxes without namespaces need {MIN_ABI} (Linux 6.12), "

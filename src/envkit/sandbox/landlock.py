@@ -1,7 +1,7 @@
 """The landlock backend: sandboxes with no privileges and no namespaces, for a container whose seccomp profile
 refuses user namespaces (a Space, Kubernetes' RuntimeDefault, Docker's default) and so bubblewrap.
 
-Each sandbox is the agent run by the system's Python as a child of the server. Before its first request the agent
+Each sandbox is the supervisor run by the system's Python as a child of the server. Before its first request it
 confines itself (`confine.py`): Landlock lets it read the system's folders, its Python's standard library and the
 channel folder, and write only its own work folder and temporary folder (`TMPDIR`; the host's `/tmp` is out of
 reach); site-packages, the server's code, a virtual environment and the working folder are not among them. Its
@@ -127,7 +127,7 @@ class LandlockSandbox(Sandbox):
         return self.channel_dir     # no mount namespace: the sandbox sees the folder where the host has it
 
     def _argv(self, agent: list[str]) -> list[str]:
-        # With no pid namespace every command line shows in /proc: the agent's arguments (its folders, its channel)
+        # With no pid namespace every command line shows in /proc: the supervisor's arguments (its folders, its channel)
         # travel ahead of its source on stdin instead.
         self._arguments = agent[5:]
         return [self._facilities.python, *agent[1:5]]
@@ -142,9 +142,9 @@ class LandlockSandbox(Sandbox):
     def _environment(self) -> dict[str, str] | None:
         return {"PATH": PATH, "HOME": self.workdir, "TMPDIR": self._tmp, "LANG": "C.UTF-8"}
 
-    def _agent_source(self) -> str:
+    def _supervisor_source(self) -> str:
         arguments = f"import sys\nsys.argv[1:] = {self._arguments!r}\n"
-        return arguments + (Path(__file__).parent / "confine.py").read_text() + "\n" + super()._agent_source()
+        return arguments + (Path(__file__).parent / "confine.py").read_text() + "\n" + super()._supervisor_source()
 
     def _ready(self, answer: dict[str, Any]) -> None:
         self.enforced = {key: answer[key] for key in ("landlock", "seccomp") if key in answer}

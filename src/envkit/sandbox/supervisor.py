@@ -24,9 +24,9 @@ import time
 #: The work folder commands run in; file requests stay inside it unless the sandbox is not confined (options).
 WORKDIR = "/work"
 CONFINED = True
-#: Whether this agent is process 1 of the sandbox's pid namespace; else it confines itself (confine.py, sent ahead).
+#: Whether this supervisor is process 1 of the sandbox's pid namespace; else it confines itself (confine.py, sent ahead).
 PROCESS_ONE = True
-#: Whether other processes (the server, other sandboxes) run as this agent's uid, and count against its limit.
+#: Whether other processes (the server, other sandboxes) run as this supervisor's uid, and count against its limit.
 SHARED_UID = False
 #: The folders commands may write, measured every `DISK_EVERY_S` against the disk limit when not on a tmpfs.
 WRITABLE = ()
@@ -276,7 +276,7 @@ def main():
     if options.get("confine"):
         PROCESS_ONE, WRITABLE, SHARED_UID = False, tuple(options["confine"]["write"]), options["confine"]["shared_uid"]
         try:
-            enforced = confine_agent(options["confine"])
+            enforced = confine_supervisor(options["confine"])
         except (Unconfinable, OSError) as error:
             reply({"ready": False, "message": str(error)})
             return
