@@ -50,7 +50,8 @@ def sandbox_processes(server_pid: int) -> list[str]:
     first = Uids.BASE + claimed[0] * Uids.PER_SERVER if claimed else -Uids.PER_SERVER
     listed = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
     return [line for line in listed.splitlines()
-            if first <= int(line.split()[0]) < first + Uids.PER_SERVER or f"--name envkit-sandbox-{server_pid}-" in line]
+            if first <= int(line.split()[0]) < first + Uids.PER_SERVER
+            or re.search(rf"--name envkit-sandbox-\w+\.\d+\.{server_pid}\.\d+-", line)]
 
 
 def leftovers(server_pid: int | None = None) -> dict[str, int]:
@@ -61,15 +62,23 @@ def leftovers(server_pid: int | None = None) -> dict[str, int]:
     cgroups = _cgroups(f"{PREFIX}*.*.{pid}.*-*")
     containers = 0
     if os.environ.get("DOCKER_HOST"):
-        listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=envkit.sandbox={pid}"],
-                                capture_output=True, text=True).stdout
-        containers = len(listed.split())
+        containers = len(owned_containers(pid))
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
               if re.search(rf"{PREFIX}\w+\.\d+\.{pid}\.\d+-", line)]
     landlock = Path(tempfile.gettempdir(), "envkit-landlock")
     folders = [path for path in landlock.glob(f"*.*.{pid}.*/*")] if landlock.is_dir() else []
     return {"processes": len(sandbox_processes(pid)), "cgroups": len(cgroups), "containers": containers,
             "mounts": len(mounts), "folders": len(folders)}
+
+
+def owned_containers(server_pid: int, *filters: str) -> list[str]:
+    """The ids of the sandbox containers whose owner label names a process of this machine with pid `server_pid`
+    (running or not), with `filters` (`label=...`) as well."""
+    listed = subprocess.run(["docker", "ps", "-a", "--filter", "label=envkit.sandbox",
+                             *[part for each in filters for part in ("--filter", each)],
+                             "--format", '{{.ID}} {{.Label "envkit.sandbox"}}'], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines()
+            if len(line.split()) == 2 and line.split()[1].split(".")[2:3] == [str(server_pid)]]
 
 
 def _cgroups(pattern: str) -> list[Path]:

@@ -141,3 +141,29 @@ def test_only_cgroups_of_owners_provably_gone_are_removed() -> None:
         for folder in folders.values():
             if folder.exists():
                 folder.rmdir()
+
+
+def test_servers_sharing_an_engine_keep_their_containers() -> None:
+    """Containers labelled by a server in another pid namespace (one in a container using the engine's socket), on
+    another host (another boot), or by a live server here stay when a server starts; only one whose owner's pid now
+    runs with another start time (a dead server's pid, reused) goes. The pid-only clean-up removed every container
+    whose pid was not alive in its own namespace."""
+    require("docker")
+    from envkit.sandbox.docker import LABEL, docker_facilities
+    from envkit.sandbox.owner import current_owner
+
+    boot, namespace, pid, started = current_owner().split(".")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owners = {"another namespace": f"{boot}.1.{gone.pid}.{started}", "another host": f"000000000000.{namespace}.1.1",
+              "live": current_owner(), "reused pid": f"{boot}.{namespace}.{os.getppid()}.1"}
+    made = {name: subprocess.run(["docker", "create", "--label", f"{LABEL}={owner}", "python:3.11-slim", "true"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            for name, owner in owners.items()}
+    try:
+        docker_facilities()._remove_orphans()       # what a server starting on this engine does
+        left = set(subprocess.run(["docker", "ps", "-aq", "--no-trunc"], capture_output=True, text=True).stdout.split())
+        assert {name: container in left for name, container in made.items()} == {
+            "another namespace": True, "another host": True, "live": True, "reused pid": False}
+    finally:
+        subprocess.run(["docker", "rm", "-f", *made.values()], capture_output=True)

@@ -165,13 +165,3 @@ def _walk(root: Path) -> list[Path]:
     for folder, children, _ in os.walk(root, onerror=lambda error: None):
         found += [Path(folder, child) for child in children]
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
