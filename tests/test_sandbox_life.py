@@ -18,7 +18,7 @@ from sandbox_helpers import BACKENDS, leftovers, require, wait_until
 
 from envkit import EnvClient, SessionLostError
 from envkit.app import create_app
-from envkit.sandbox import close_pools, open_sandbox
+from envkit.sandbox import SandboxLimits, close_pools, open_sandbox
 from envkit.testing import ServedProcess, running_server
 
 
@@ -167,3 +167,27 @@ def test_servers_sharing_an_engine_keep_their_containers() -> None:
             "another namespace": True, "another host": True, "live": True, "reused pid": False}
     finally:
         subprocess.run(["docker", "rm", "-f", *made.values()], capture_output=True)
+
+
+def test_all_pools_together_keep_at_most_the_warm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pool per kind of sandbox (a Harbor folder: one per task image), each wanting 2 waiting: together they keep
+    `ENVKIT_SANDBOX_WARM_MAX` waiting, not one pool's worth each."""
+    require("local")
+    from envkit.sandbox.pool import WARM_SLOTS, pool_for
+
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "2")
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM_MAX", "3")
+    close_pools()
+    kinds = [SandboxLimits(wall_s=10 + n) for n in range(5)]
+    try:
+        for limits in kinds:
+            open_sandbox("local", limits=limits).close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (WARM_SLOTS.held < 3 or any(
+                pool_for(("local", limits), lambda: None)._filling is not None for limits in kinds)):
+            time.sleep(0.05)
+        waiting = [pool_for(("local", limits), lambda: None).waiting for limits in kinds]
+        assert sum(waiting) == WARM_SLOTS.held == 3, waiting
+    finally:
+        close_pools()
+    assert WARM_SLOTS.held == 0
