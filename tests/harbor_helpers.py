@@ -8,7 +8,6 @@ Every task is built on python:3.11-slim, the base image the project's Docker eng
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest

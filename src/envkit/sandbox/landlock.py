@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import UIDS, Sandbox, SandboxError, SandboxLimits, SandboxUnavailableError, once
-from .host import SYSTEM, drop_to, readable_system
+from .host import drop_to, readable_system
 from .owner import current_owner, owner_gone
 
 __all__ = ["LandlockSandbox", "landlock_facilities"]
