@@ -56,3 +56,24 @@ def tiny_echo(for_vllm: bool = False) -> TinyEcho:
         task = rows[0]["prompt"][-1]["content"] + environment.reset(**rows[0])
         environment._close()
     return TinyEcho(model=model, tokenizer=tokenizer, folder=folder, tools=tools, task=task)
+
+
+class InstantEngine:
+    """An engine that answers every request at once with `reply` (then the end-of-turn token), each token's
+    log-probability -0.5: the proxy's own cost shows whole. Scripted because the hop, not the model, is tested."""
+
+    model_name = "instant"
+    max_context: int | None = None
+    chat_template_kwargs = TEMPLATE_KWARGS
+
+    def __init__(self, tokenizer: Any, reply: str = "Done.") -> None:
+        self.tokenizer = tokenizer
+        self.reply = reply
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, requests: Any) -> list[Any]:
+        from envkit.capture import Generation
+
+        ids = [*self.tokenizer(self.reply, add_special_tokens=False)["input_ids"], self.tokenizer.eos_token_id]
+        self.prompts += [request.prompt_ids for request in requests]
+        return [Generation(list(ids), [-0.5] * len(ids), "stop") for _ in requests]

@@ -45,7 +45,7 @@ def _key_of(request: Request) -> str | None:
 class CaptureRoutes:
     """The sessions, keyed by API key, and the ASGI app that serves them from `engine`."""
 
-    def __init__(self, engine: Engine, *, batch_window_s: float = 0.005, max_batch: int = 64) -> None:
+    def __init__(self, engine: Engine, *, batch_window_s: float = 0.0, max_batch: int = 64) -> None:
         self.engine = engine
         self.renderer = Renderer(engine.tokenizer, engine.chat_template_kwargs)
         self.batcher = Batcher(engine, window_s=batch_window_s, max_batch=max_batch)
