@@ -7,14 +7,17 @@ Nothing the model sampled is tokenised again: re-rendering a conversation as tex
 that were sampled (Qwen3's template drops the empty thinking block of an earlier turn, a model may space its
 tool-call JSON unlike the template, and sampled ids need not be the tokenizer's own split of their text).
 
-The new part's text is found in the conversation rendered whole: it begins where the parent's turn ends, after
-as many end-of-turn markers (the tokenizer's eos text) as the conversation up to the parent's reply holds. The
-rendering before the parent's turn must be the same both ways (checked); when it is not, or when nothing extends
-an earlier call (a rewritten history), the call starts a new root, tokenised whole.
+The new part's text is found in the conversation rendered with a placeholder in the parent's reply: it begins
+at the first end-of-turn marker (the tokenizer's eos text) after the placeholder, so no text a message holds (the
+marker itself, tool-call markup, template fragments) can move the cut. The history before the parent's turn must
+render the same with and without new messages after the reply, and the conversation rendered with the real reply
+must hold the same history and the same new part (checked); when it does not, or when nothing extends an earlier
+call (a rewritten history), the call starts a new root, tokenised whole, with its reason.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -72,35 +75,44 @@ def _parent(request: ChatRequest, earlier: Sequence[Call]) -> Call | None:
     return best
 
 
-def _end_of_marker(text: str, marker: str, count: int) -> int:
-    """The index just past the `count`-th occurrence of `marker` in `text` (-1 when there are fewer)."""
-    position = 0
-    for _ in range(count):
-        found = text.find(marker, position)
-        if found < 0:
-            return -1
-        position = found + len(marker)
-    return position
+def _placeholder(rendered: str) -> str:
+    """A text that `rendered` (the conversation with every message and tool) does not hold."""
+    while True:
+        mark = f"envkit{secrets.token_hex(8)}"
+        if mark not in rendered:
+            return mark
+
+
+def _new_part(renderer: Renderer, request: ChatRequest, turn: int, whole: str) -> str | None:
+    """The text after the reply at `turn` in the conversation rendered whole, from its end-of-turn marker on
+    (None when the history or the new part renders otherwise once the reply is in place)."""
+    eos = renderer.eos_text
+    mark = _placeholder(whole)
+    stand_in = [*request.messages[:turn], {"role": "assistant", "content": mark}, *request.messages[turn + 1:]]
+    masked = renderer.render(stand_in, request.tools, generation=True)
+    upto = renderer.render(stand_in[: turn + 1], request.tools, generation=False)
+    # The history ends at the template's last marker before the placeholder, the reply's turn at the first marker
+    # after it: whatever text the messages hold, no marker they write is counted.
+    before, reply = upto.rfind(eos, 0, max(upto.find(mark), 0)), masked.find(mark)
+    cut = masked.find(eos, reply + len(mark)) if reply >= 0 else -1
+    if before < 0 or cut < 0:
+        return None
+    history = upto[: before + len(eos)]
+    if not masked.startswith(history) or not whole.startswith(history) or not whole.endswith(masked[cut:]):
+        return None
+    return masked[cut:]
 
 
 def build_prompt(renderer: Renderer, request: ChatRequest, earlier: Sequence[Call]) -> Prompt:
     """The prompt ids for `request`, continuing the earlier call it extends when there is one."""
     whole = renderer.render(request.messages, request.tools, generation=True)
     parent = _parent(request, earlier)
-    if parent is None:
+    new = _new_part(renderer, request, len(parent.message_keys), whole) if parent is not None else None
+    if parent is None or new is None:
         ids = renderer.tokenize(whole)
-        return Prompt(ids=ids, parent=None, new_tokens=len(ids))
-    turn = len(parent.message_keys)
-    upto = renderer.render(request.messages[: turn + 1], request.tools, generation=False)
-    markers = upto.count(renderer.eos_text)
-    before = _end_of_marker(upto, renderer.eos_text, markers - 1) if markers else -1
-    cut = _end_of_marker(whole, renderer.eos_text, markers) if markers else -1
-    if before < 0 or cut < 0 or whole[:before] != upto[:before]:
-        ids = renderer.tokenize(whole)
-        return Prompt(ids=ids, parent=None, new_tokens=len(ids),
-                      root_reason="the chat template renders the history before the last reply differently once "
-                                  "new messages follow it")
-    if not parent.completion_ids or parent.completion_ids[-1] != renderer.eos_id:
-        cut -= len(renderer.eos_text)   # cut off before its end of turn: the template's marker is new context
-    new = renderer.tokenize(whole[cut:])
-    return Prompt(ids=[*parent.prompt_ids, *parent.completion_ids, *new], parent=parent, new_tokens=len(new))
+        return Prompt(ids=ids, parent=None, new_tokens=len(ids), root_reason=None if parent is None else (
+            "the chat template renders the history before the last reply differently once new messages follow it"))
+    if parent.completion_ids and parent.completion_ids[-1] == renderer.eos_id:
+        new = new[len(renderer.eos_text):]   # the sampled ids end the turn; the template's marker is not new
+    new_ids = renderer.tokenize(new)
+    return Prompt(ids=[*parent.prompt_ids, *parent.completion_ids, *new_ids], parent=parent, new_tokens=len(new_ids))
