@@ -17,11 +17,12 @@ call (a rewritten history), the call starts a new root, tokenised whole, with it
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .chat import ChatRequest, for_template, message_key, tools_key
+from .chat import ChatRequest, RequestError, for_template, message_key, tools_key
 from .records import Call
 
 __all__ = ["Renderer", "Prompt", "build_prompt"]
@@ -38,11 +39,26 @@ class Renderer:
 
     def render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                generation: bool) -> str:
-        return self.tokenizer.apply_chat_template([for_template(message) for message in messages], tools=tools,
-                                                  add_generation_prompt=generation, tokenize=False, **self.kwargs)
+        """The conversation as the chat template renders it (`RequestError` when the template refuses it)."""
+        try:
+            return self.tokenizer.apply_chat_template([for_template(message) for message in messages], tools=tools,
+                                                      add_generation_prompt=generation, tokenize=False, **self.kwargs)
+        except Exception as error:   # a template raises on messages it cannot render; the caller's to fix
+            reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            raise RequestError(f"the chat template cannot render these messages ({reason}); check their fields",
+                               code="unrenderable_messages") from None
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @functools.cached_property
+    def longest_token(self) -> int:
+        """The most characters of text one token stands for (its vocabulary string's length, at least)."""
+        return max(map(len, self.tokenizer.get_vocab()), default=1) or 1
+
+    def at_least(self, text: str) -> int:
+        """A lower bound on the tokens of `text`, without tokenising it."""
+        return -(-len(text) // self.longest_token)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Sampled ids as text, the end-of-turn token left out."""
@@ -103,16 +119,27 @@ def _new_part(renderer: Renderer, request: ChatRequest, turn: int, whole: str) -
     return masked[cut:]
 
 
-def build_prompt(renderer: Renderer, request: ChatRequest, earlier: Sequence[Call]) -> Prompt:
-    """The prompt ids for `request`, continuing the earlier call it extends when there is one."""
+def _check_size(renderer: Renderer, text: str, known: int, limit: int | None) -> None:
+    """`RequestError` when `known` tokens and `text` cannot fit in `limit` tokens, told before tokenising `text`."""
+    if limit is not None and known + renderer.at_least(text) >= limit:
+        raise RequestError(f"the conversation is at least {known + renderer.at_least(text)} tokens and the model's "
+                           f"context {limit}: no room to answer; start a shorter one", code="context_length_exceeded")
+
+
+def build_prompt(renderer: Renderer, request: ChatRequest, earlier: Sequence[Call], *,
+                 max_tokens: int | None = None) -> Prompt:
+    """The prompt ids for `request`, continuing the earlier call it extends when there is one; `RequestError`
+    when the prompt cannot leave room for one sampled token in `max_tokens`, told before tokenising it whole."""
     whole = renderer.render(request.messages, request.tools, generation=True)
     parent = _parent(request, earlier)
     new = _new_part(renderer, request, len(parent.message_keys), whole) if parent is not None else None
     if parent is None or new is None:
+        _check_size(renderer, whole, 0, max_tokens)
         ids = renderer.tokenize(whole)
         return Prompt(ids=ids, parent=None, new_tokens=len(ids), root_reason=None if parent is None else (
             "the chat template renders the history before the last reply differently once new messages follow it"))
     if parent.completion_ids and parent.completion_ids[-1] == renderer.eos_id:
         new = new[len(renderer.eos_text):]   # the sampled ids end the turn; the template's marker is not new
+    _check_size(renderer, new, len(parent.prompt_ids) + len(parent.completion_ids), max_tokens)
     new_ids = renderer.tokenize(new)
     return Prompt(ids=[*parent.prompt_ids, *parent.completion_ids, *new_ids], parent=parent, new_tokens=len(new_ids))

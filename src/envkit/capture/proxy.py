@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine import Engine, Sampling
-from .routes import CaptureRoutes
+from .routes import MAX_REQUEST_BYTES, CaptureRoutes
 from .session import CaptureSession
 
 __all__ = ["CaptureProxy", "tcp_listener"]
@@ -51,14 +51,18 @@ class CaptureProxy:
 
     `port`: the 127.0.0.1 port (0: a free one; None: no TCP listener); `unix_socket`: a socket path to listen on
     as well. `max_batch`: the largest engine batch (calls that arrive while the engine is busy share the next
-    one); `batch_window_s`: how long each batch waits for others first (0: not at all). Use as a context manager,
-    or `start()` and `close()`."""
+    one); `batch_window_s`: how long each batch waits for others first (0: not at all). `max_request_bytes`: the
+    largest request body (413 past it, read no further); `max_context`: prompt plus completion tokens, at most
+    (None: the engine's), checked on a lower bound before a long conversation is tokenised. Use as a context
+    manager, or `start()` and `close()`."""
 
     def __init__(self, engine: Engine, *, unix_socket: str | os.PathLike[str] | None = None,
-                 port: int | None = 0, batch_window_s: float = 0.0, max_batch: int = 64) -> None:
+                 port: int | None = 0, batch_window_s: float = 0.0, max_batch: int = 64,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_context: int | None = None) -> None:
         if port is None and unix_socket is None:
             raise ValueError("CaptureProxy needs somewhere to listen: a port (0 for a free one) or a unix_socket")
-        self.routes = CaptureRoutes(engine, batch_window_s=batch_window_s, max_batch=max_batch)
+        self.routes = CaptureRoutes(engine, batch_window_s=batch_window_s, max_batch=max_batch,
+                                    max_request_bytes=max_request_bytes, max_context=max_context)
         self.engine = engine
         self.port = port
         self.unix_socket = unix_socket

@@ -8,7 +8,10 @@ the session's budget is answered 429 with `x-should-retry: false` (OpenAI's SDK 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import re
 import threading
 import time
 import uuid
@@ -26,7 +29,13 @@ from .engine import Engine, EngineError, GenerationRequest, Sampling
 from .records import Call
 from .session import BudgetExhausted, CaptureSession
 
-__all__ = ["CaptureRoutes"]
+__all__ = ["CaptureRoutes", "MAX_REQUEST_BYTES"]
+
+#: The largest request body served by default (an agent's whole history, tool outputs included).
+MAX_REQUEST_BYTES = 16 * 2**20
+#: Bodies larger than this are rendered and tokenised off the event loop.
+OFFLOAD_BYTES = 64 * 2**10
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def error_response(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
@@ -45,8 +54,14 @@ def _key_of(request: Request) -> str | None:
 class CaptureRoutes:
     """The sessions, keyed by API key, and the ASGI app that serves them from `engine`."""
 
-    def __init__(self, engine: Engine, *, batch_window_s: float = 0.0, max_batch: int = 64) -> None:
+    def __init__(self, engine: Engine, *, batch_window_s: float = 0.0, max_batch: int = 64,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_context: int | None = None) -> None:
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes must be a positive integer, got {max_request_bytes!r}")
         self.engine = engine
+        self.max_request_bytes = max_request_bytes
+        #: Prompt plus completion tokens, at most (None: the engine's `max_context`).
+        self.max_context = max_context
         self.renderer = Renderer(engine.tokenizer, engine.chat_template_kwargs)
         self.batcher = Batcher(engine, window_s=batch_window_s, max_batch=max_batch)
         self._sessions: dict[str, CaptureSession] = {}
@@ -91,12 +106,8 @@ class CaptureRoutes:
         if session is None:
             return self._unauthorised()
         try:
-            body = json.loads(await request.body())
-        except ValueError as error:
-            return error_response(400, f"the request body is not valid JSON ({error}); send a JSON object",
-                                  code="invalid_json")
-        try:
-            chat = read_request(body)
+            raw = await self._body(request)
+            chat = read_request(_parse(raw))
             session.reserve()
         except RequestError as error:
             return error_response(error.status, str(error), code=error.code)
@@ -104,7 +115,7 @@ class CaptureRoutes:
             return error_response(429, str(error), kind="insufficient_quota", code="call_budget_exhausted",
                                   headers={"x-should-retry": "false"})
         try:
-            call = await self._call(session, chat)
+            call = await self._call(session, chat, offload=len(raw) > OFFLOAD_BYTES)
         except (RequestError, EngineError) as error:
             session.release()
             status, code = (error.status, error.code) if isinstance(error, RequestError) else (502, "engine_error")
@@ -118,22 +129,45 @@ class CaptureRoutes:
                                      headers={"cache-control": "no-cache"})
         return JSONResponse(call.response)
 
+    async def _body(self, request: Request) -> bytes:
+        """The request's body, read no further than `max_request_bytes` (`RequestError` 413 past it)."""
+        limit = self.max_request_bytes
+        declared = request.headers.get("content-length", "")
+        too_big = RequestError(f"the request body is larger than {limit} bytes (max_request_bytes); send a shorter "
+                               "conversation", status=413, code="request_too_large")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @property
+    def context(self) -> int | None:
+        return self.max_context if self.max_context is not None else self.engine.max_context
+
     def _sampling(self, session: CaptureSession, chat: ChatRequest, prompt_tokens: int) -> Sampling:
         limits = [session.sampling.max_tokens]
         if chat.max_tokens is not None:
             limits.append(chat.max_tokens)
-        if self.engine.max_context is not None:
-            room = self.engine.max_context - prompt_tokens
+        if self.context is not None:
+            room = self.context - prompt_tokens
             if room < 1:
                 raise RequestError(f"the conversation is {prompt_tokens} tokens and the model's context "
-                                   f"{self.engine.max_context}: no room to answer; start a shorter one",
+                                   f"{self.context}: no room to answer; start a shorter one",
                                    code="context_length_exceeded")
             limits.append(room)
         policy = session.sampling
         return Sampling(temperature=policy.temperature, top_p=policy.top_p, max_tokens=min(limits), seed=policy.seed)
 
-    async def _call(self, session: CaptureSession, chat: ChatRequest) -> Call:
-        prompt = build_prompt(self.renderer, chat, session.records)
+    async def _call(self, session: CaptureSession, chat: ChatRequest, *, offload: bool = False) -> Call:
+        """Render, tokenise, generate, record: a large request is rendered and tokenised in a worker thread, so the
+        event loop serves other sessions meanwhile."""
+        work = functools.partial(build_prompt, self.renderer, chat, session.records, max_tokens=self.context)
+        prompt = await asyncio.to_thread(work) if offload else work()
         sampling = self._sampling(session, chat, len(prompt.ids))
         generation = await self.batcher.submit(GenerationRequest(prompt.ids, sampling))
         if len(generation.logprobs) != len(generation.completion_ids):
@@ -155,6 +189,23 @@ class CaptureRoutes:
                     finish_reason=generation.finish_reason, response=response, sampling=sampling.as_dict(),
                     requested_sampling=chat.requested_sampling, new_prompt_tokens=prompt.new_tokens,
                     root_reason=prompt.root_reason)
+
+
+def _parse(raw: bytes) -> Any:
+    """The JSON in `raw` (`RequestError` when it is not JSON, or holds a lone UTF-16 surrogate that no text can)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as error:   # RecursionError: arrays or objects nested too deep
+        reason = " ".join(str(error).split())[:200]
+        raise RequestError(f"the request body is not valid JSON ({reason}); send a JSON object",
+                           code="invalid_json") from None
+    if SURROGATE_ESCAPE.search(raw):   # a \ud800-style escape: well-formed JSON, no valid text unless paired
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise RequestError("the request holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair)"
+                               "; send valid Unicode text", code="invalid_text") from None
+    return body
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
