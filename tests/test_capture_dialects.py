@@ -1,0 +1,77 @@
+"""Every wire format the proxy speaks, through its vendor's own SDK, with tool calls and streaming: the same
+exact ids, loss mask and continuation, and traces that OpenEnv 0.10.0's `TrainingTrace` reads.
+
+The engine is scripted (`InstantEngine`): a tool call, then text holding the end-of-turn marker's text, then
+plain text; what is tested is each dialect's reading and answering, and the chain it keeps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import anthropic
+import pytest
+
+from capture_model import InstantEngine, tiny_echo
+from envkit.capture import CaptureProxy, CaptureSession, write_traces
+from test_capture_trace import validated
+
+pytestmark = pytest.mark.timeout(600)
+
+TOOL_CALL = '<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}\n</tool_call>'
+REPLIES = (TOOL_CALL, "Found a.txt <|im_end|> there.", "All done.")
+SHELL_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+
+
+@pytest.fixture()
+def proxy() -> Iterator[CaptureProxy]:
+    with CaptureProxy(InstantEngine(tiny_echo().tokenizer, *REPLIES)) as proxy:
+        yield proxy
+
+
+def root_of(proxy: CaptureProxy) -> str:
+    assert proxy.url is not None
+    return proxy.url.removesuffix("/v1")
+
+
+def assert_one_chain(session: CaptureSession, calls: int) -> None:
+    """Each call continues the one before: its prompt starts with the previous prompt and completion ids."""
+    records = session.records
+    assert len(records) == calls and session.roots == 1
+    for before, after in zip(records, records[1:]):
+        assert after.parent_id == before.node_id, after.root_reason
+        assert after.prompt_ids[: len(before.prompt_ids) + len(before.completion_ids)] == [
+            *before.prompt_ids, *before.completion_ids]
+
+
+def test_anthropic_messages(proxy: CaptureProxy, openenv_python: str, tmp_path: Path) -> None:
+    session = proxy.open_session(max_calls=3)
+    client = anthropic.Anthropic(base_url=root_of(proxy), api_key=session.api_key, max_retries=0)
+    tools = [{"name": "shell", "description": "Run a command.", "input_schema": SHELL_SCHEMA}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "List the files."}]
+    first = client.messages.create(model="tiny", max_tokens=64, system="Be brief.", messages=messages, tools=tools)
+    assert first.stop_reason == "tool_use"
+    use = next(block for block in first.content if block.type == "tool_use")
+    assert use.name == "shell" and use.input == {"command": "ls"}
+    messages += [{"role": "assistant", "content": [block.model_dump() for block in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "a.txt"}]}]
+    with client.messages.stream(model="tiny", max_tokens=64, system="Be brief.", messages=messages,
+                                tools=tools) as stream:
+        streamed = "".join(stream.text_stream)
+        second = stream.get_final_message()
+    assert streamed == "Found a.txt <|im_end|> there." == second.content[0].text
+    assert second.stop_reason == "end_turn"
+    messages += [{"role": "assistant", "content": [block.model_dump() for block in second.content]},
+                 {"role": "user", "content": "Thanks."}]
+    third = client.messages.create(model="tiny", max_tokens=64, system="Be brief.", messages=messages, tools=tools)
+    assert third.content[0].text == "All done." and third.usage.output_tokens == len(session.records[2].completion_ids)
+    assert_one_chain(session, 3)
+    with pytest.raises(anthropic.RateLimitError):     # the budget is spent: 429, not retried
+        client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": "more"}])
+    with pytest.raises(anthropic.BadRequestError, match="tool_result"):
+        client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": 5}]}])
+    path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
+    [result] = validated(openenv_python, path)
+    assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]
