@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import anthropic
+import httpx
+import openai
 import pytest
 
 from capture_model import InstantEngine, tiny_echo
@@ -72,6 +74,41 @@ def test_anthropic_messages(proxy: CaptureProxy, openenv_python: str, tmp_path: 
     with pytest.raises(anthropic.BadRequestError, match="tool_result"):
         client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": 5}]}])
+    path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
+    [result] = validated(openenv_python, path)
+    assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]
+
+
+def test_openai_responses(proxy: CaptureProxy, openenv_python: str, tmp_path: Path) -> None:
+    session = proxy.open_session(max_calls=3)
+    client = openai.OpenAI(base_url=proxy.url, api_key=session.api_key, max_retries=0,
+                           http_client=httpx.Client(trust_env=False))
+    tools: list[Any] = [{"type": "function", "name": "shell", "description": "Run a command.",
+                         "parameters": SHELL_SCHEMA}]
+    items: list[Any] = [{"role": "user", "content": "List the files."}]
+    first = client.responses.create(model="tiny", instructions="Be brief.", input=items, tools=tools)
+    [call] = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "shell" and call.arguments == '{"command": "ls"}' and first.status == "completed"
+    items += [item.model_dump(exclude_none=True) for item in first.output]
+    items.append({"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"})
+    deltas, second = [], None
+    for event in client.responses.create(model="tiny", instructions="Be brief.", input=items, tools=tools,
+                                         stream=True):
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        elif event.type == "response.completed":
+            second = event.response
+    assert second is not None and "".join(deltas) == "Found a.txt <|im_end|> there." == second.output_text
+    items += [item.model_dump(exclude_none=True) for item in second.output]
+    items.append({"role": "user", "content": "Thanks."})
+    third = client.responses.create(model="tiny", instructions="Be brief.", input=items, tools=tools)
+    assert third.output_text == "All done." and third.usage is not None
+    assert third.usage.output_tokens == len(session.records[2].completion_ids)
+    assert_one_chain(session, 3)
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(model="tiny", input="more", previous_response_id=third.id)
+    with pytest.raises(openai.RateLimitError):
+        client.responses.create(model="tiny", input="more")
     path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
     [result] = validated(openenv_python, path)
     assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]

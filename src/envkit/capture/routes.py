@@ -1,5 +1,5 @@
-"""The proxy's HTTP routes: one per dialect (`dialect.Dialect`: OpenAI's `POST /v1/chat/completions`, Anthropic's
-`POST /v1/messages`), `GET /v1/models`, and `GET /v1/capture/trace` (the caller's own session as a
+"""The proxy's HTTP routes: one per dialect (`dialect.Dialect`: OpenAI's `POST /v1/chat/completions` and
+`POST /v1/responses`, Anthropic's `POST /v1/messages`), `GET /v1/models`, and `GET /v1/capture/trace` (the caller's own session as a
 `TrainingTrace`).
 
 Every route needs a session's key (`Authorization: Bearer KEY` or `x-api-key: KEY`); a missing, unknown or closed
@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from .batching import Batcher
 from .anthropic import MESSAGES
+from .openai_responses import RESPONSES
 from .chat import ChatRequest, RequestError, message_key, parse_completion, tools_key
 from .continuation import Renderer, build_prompt
 from .dialect import Dialect
@@ -40,7 +41,7 @@ MAX_REQUEST_BYTES = 16 * 2**20
 #: Bodies larger than this are rendered and tokenised off the event loop.
 OFFLOAD_BYTES = 64 * 2**10
 #: The wire formats served, each on its own path.
-DIALECTS: tuple[Dialect, ...] = (CHAT, MESSAGES)
+DIALECTS: tuple[Dialect, ...] = (CHAT, MESSAGES, RESPONSES)
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
