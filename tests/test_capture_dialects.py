@@ -14,6 +14,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 from capture_model import InstantEngine, tiny_echo
 from envkit.capture import CaptureProxy, CaptureSession, write_traces
@@ -109,6 +111,37 @@ def test_openai_responses(proxy: CaptureProxy, openenv_python: str, tmp_path: Pa
         client.responses.create(model="tiny", input="more", previous_response_id=third.id)
     with pytest.raises(openai.RateLimitError):
         client.responses.create(model="tiny", input="more")
+    path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
+    [result] = validated(openenv_python, path)
+    assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]
+
+
+def test_google_generate_content(proxy: CaptureProxy, openenv_python: str, tmp_path: Path) -> None:
+    session = proxy.open_session(max_calls=3)
+    client = genai.Client(api_key=session.api_key, http_options=types.HttpOptions(
+        base_url=root_of(proxy), api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)))
+    shell = types.FunctionDeclaration(name="shell", description="Run a command.", parameters_json_schema=SHELL_SCHEMA)
+    config = types.GenerateContentConfig(
+        system_instruction="Be brief.", tools=[types.Tool(function_declarations=[shell])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    contents: list[Any] = [types.Content(role="user", parts=[types.Part(text="List the files.")])]
+    first = client.models.generate_content(model="tiny", contents=contents, config=config)
+    assert first.function_calls and first.function_calls[0].name == "shell"
+    assert first.function_calls[0].args == {"command": "ls"}
+    assert first.candidates and first.candidates[0].content
+    contents += [first.candidates[0].content, types.Content(role="user", parts=[
+        types.Part.from_function_response(name="shell", response={"output": "a.txt"})])]
+    chunks = list(client.models.generate_content_stream(model="tiny", contents=contents, config=config))
+    assert "".join(chunk.text or "" for chunk in chunks) == "Found a.txt <|im_end|> there."
+    assert chunks[-1].candidates and chunks[-1].candidates[0].content
+    contents += [chunks[-1].candidates[0].content, types.Content(role="user", parts=[types.Part(text="Thanks.")])]
+    third = client.models.generate_content(model="tiny", contents=contents, config=config)
+    assert third.text == "All done." and third.usage_metadata is not None
+    assert third.usage_metadata.candidates_token_count == len(session.records[2].completion_ids)
+    assert_one_chain(session, 3)
+    with pytest.raises(genai.errors.ClientError) as refused:
+        client.models.generate_content(model="tiny", contents="more", config=config)
+    assert refused.value.code == 429
     path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
     [result] = validated(openenv_python, path)
     assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]

@@ -1,8 +1,9 @@
 """Bad input to the capture proxy: every malformed request gets a 4xx with a one-line reason, never a 500, and the
 proxy carries on serving.
 
-The agent is the policy under training, so anything may reach the proxy. Each field of a chat request (top level,
-a message of each role, a tool call, a tool) is set to a value of every JSON type in turn; lone surrogates,
+The agent is the policy under training, so anything may reach the proxy. Each field of a request in every dialect
+(chat, Messages, Responses, generateContent: top level, a message of each role, a tool call and its result, a
+tool) is set to a value of every JSON type in turn; lone surrogates,
 nesting too deep and bodies past the size limit are sent as raw bytes. A 200 MB body is refused with the
 process's peak memory (the proxy runs here) growing by less than 256 MB. The engine answers at once with a
 scripted reply (`InstantEngine`): the proxy's checks are tested, not a model.
@@ -43,6 +44,55 @@ FIELDS: list[tuple[Any, ...]] = [
     ("messages", 2, "tool_calls", 0, "function", "arguments"), ("messages", 2, "reasoning_content"),
     ("messages", 3, "tool_call_id"), ("tools", 0, "function"), ("tools", 0, "function", "name"),
     ("tools", 0, "function", "parameters"), ("tools", 0, "function", "description")]
+MESSAGES = {"model": "tiny", "max_tokens": 8, "system": "Be brief.", "messages": [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "text", "text": "ok"},
+                                      {"type": "tool_use", "id": "t1", "name": "shell", "input": {"command": "ls"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]}],
+    "tools": [{"name": "shell", "description": "Run a command.", "input_schema": {"type": "object"}}]}
+MESSAGES_FIELDS: list[tuple[Any, ...]] = [
+    ("model",), ("max_tokens",), ("system",), ("messages",), ("messages", 0), ("messages", 0, "role"),
+    ("messages", 0, "content"), ("messages", 1, "content"), ("messages", 1, "content", 0),
+    ("messages", 1, "content", 0, "text"), ("messages", 1, "content", 1), *(
+        ("messages", 1, "content", 1, name) for name in ("type", "id", "name", "input")),
+    ("messages", 2, "content", 0),
+    *(("messages", 2, "content", 0, name) for name in ("type", "tool_use_id", "content")),
+    ("tools",), ("tools", 0), *(("tools", 0, name) for name in ("name", "description", "input_schema")), ("stream",),
+    ("tool_choice",), ("temperature",)]
+RESPONSES = {"model": "tiny", "instructions": "Be brief.", "max_output_tokens": 8, "input": [
+    {"role": "user", "content": "hi"},
+    {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command": "ls"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "a.txt"}],
+    "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]}
+RESPONSES_FIELDS: list[tuple[Any, ...]] = [
+    ("model",), ("instructions",), ("max_output_tokens",), ("input",), ("input", 0), ("input", 0, "role"),
+    ("input", 0, "content"), ("input", 1), *(("input", 1, name) for name in ("type", "call_id", "name", "arguments")),
+    ("input", 2, "output"), ("input", 2, "call_id"), ("tools",), ("tools", 0),
+    *(("tools", 0, name) for name in ("type", "name", "parameters", "description")), ("stream",), ("tool_choice",),
+    ("text",), ("previous_response_id",), ("temperature",)]
+GENERATE = {"systemInstruction": {"parts": [{"text": "Be brief."}]}, "contents": [
+    {"role": "user", "parts": [{"text": "hi"}]},
+    {"role": "model", "parts": [{"functionCall": {"name": "shell", "args": {"command": "ls"}}}]},
+    {"role": "user", "parts": [{"functionResponse": {"name": "shell", "response": {"output": "a.txt"}}}]}],
+    "tools": [{"functionDeclarations": [{"name": "shell", "parameters": {"type": "object"}}]}],
+    "generationConfig": {"maxOutputTokens": 8}, "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}}}
+GENERATE_FIELDS: list[tuple[Any, ...]] = [
+    ("systemInstruction",), ("systemInstruction", "parts"), ("systemInstruction", "parts", 0),
+    ("systemInstruction", "parts", 0, "text"), ("contents",), ("contents", 0), ("contents", 0, "role"),
+    ("contents", 0, "parts"), ("contents", 0, "parts", 0), ("contents", 0, "parts", 0, "text"),
+    ("contents", 1, "parts", 0, "functionCall"), ("contents", 1, "parts", 0, "functionCall", "name"),
+    ("contents", 1, "parts", 0, "functionCall", "args"), ("contents", 2, "parts", 0, "functionResponse"),
+    ("contents", 2, "parts", 0, "functionResponse", "name"),
+    ("contents", 2, "parts", 0, "functionResponse", "response"),
+    ("tools",), ("tools", 0), ("tools", 0, "functionDeclarations"), ("tools", 0, "functionDeclarations", 0),
+    *(("tools", 0, "functionDeclarations", 0, name) for name in ("name", "parameters", "description")),
+    ("generationConfig",), *(("generationConfig", name) for name in (
+        "maxOutputTokens", "candidateCount", "responseMimeType", "responseSchema")),
+    ("toolConfig",), ("toolConfig", "functionCallingConfig"), ("toolConfig", "functionCallingConfig", "mode")]
+#: Each dialect: its path under the proxy's root, a valid body, and the fields to spoil.
+DIALECTS = {"chat": ("/v1/chat/completions", VALID, FIELDS), "messages": ("/v1/messages", MESSAGES, MESSAGES_FIELDS),
+            "responses": ("/v1/responses", RESPONSES, RESPONSES_FIELDS),
+            "generate": ("/v1beta/models/tiny:generateContent", GENERATE, GENERATE_FIELDS)}
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +101,10 @@ def proxy() -> Iterator[CaptureProxy]:
         yield proxy
 
 
-def with_value(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    body = copy.deepcopy(VALID)
-    body["messages"][1]["content"] = [{"type": "text", "text": "hi"}] if path[:3] == ("messages", 1, "content") \
-        else "hi"
+def with_value(valid: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    body = copy.deepcopy(valid)
+    if valid is VALID and path[:3] == ("messages", 1, "content"):
+        body["messages"][1]["content"] = [{"type": "text", "text": "hi"}]
     target: Any = body
     for key in path[:-1]:
         target = target[key]
@@ -66,8 +116,8 @@ def check_answer(answer: httpx.Response) -> None:
     assert answer.status_code < 500, answer.text
     if answer.status_code != 200:
         assert 400 <= answer.status_code < 500
-        message = answer.json()["error"]["message"]
-        assert message and "\n" not in message and "Traceback" not in answer.text
+        error = answer.json()["error"]
+        assert error["message"] and "\n" not in error["message"] and "Traceback" not in answer.text
 
 
 def raw_post(proxy: CaptureProxy, session: CaptureSession, head: dict[str, str], chunks: Iterator[bytes]
@@ -94,27 +144,39 @@ def raw_post(proxy: CaptureProxy, session: CaptureSession, head: dict[str, str],
     return int(answer.split(b" ")[1]), answer
 
 
-def test_every_field_of_every_json_type_gets_a_4xx_or_an_answer(proxy: CaptureProxy) -> None:
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_every_field_of_every_json_type_gets_a_4xx_or_an_answer(proxy: CaptureProxy, dialect: str) -> None:
+    path, valid, fields = DIALECTS[dialect]
     session = proxy.open_session(max_calls=10_000)
     refused = 0
-    with httpx.Client(base_url=proxy.url, trust_env=False, timeout=60,
+    assert proxy.url is not None
+    with httpx.Client(base_url=proxy.url.removesuffix("/v1"), trust_env=False, timeout=60,
                       headers={"Authorization": f"Bearer {session.api_key}"}) as http:
-        assert http.post("/chat/completions", json=VALID).status_code == 200
-        for path in FIELDS:
+        assert http.post(path, json=valid).status_code == 200
+        for field in fields:
             for value in VALUES:
-                body = json.dumps(with_value(path, value))   # lone surrogates go as \ud800 escapes
-                answer = http.post("/chat/completions", content=body, headers={"content-type": "application/json"})
+                body = json.dumps(with_value(valid, field, value))   # lone surrogates go as \ud800 escapes
+                answer = http.post(path, content=body, headers={"content-type": "application/json"})
                 check_answer(answer)
                 refused += answer.status_code != 200
         for body in ['{"messages": [{"role": "user", "content": "\\udc00 alone"}]}', "[" * 100_000 + "]" * 100_000,
                      '{"messages": [{"role": "user", "content": "hi"}]', "\xff\xfe", "null", '"text"', "{}"]:
-            answer = http.post("/chat/completions", content=body.encode(errors="surrogateescape"))
+            answer = http.post(path, content=body.encode(errors="surrogateescape"))
             check_answer(answer)
             assert answer.status_code == 400
-        paired = http.post("/chat/completions", content=b'{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}')
-        assert paired.status_code == 200
-        assert http.post("/chat/completions", json=VALID).status_code == 200     # the proxy carries on
-    assert refused > len(FIELDS) * 3
+        assert http.post(path, json=valid).status_code == 200     # the proxy carries on
+    assert refused > len(fields) * 3
+
+
+def test_lone_and_paired_surrogates(proxy: CaptureProxy) -> None:
+    session = proxy.open_session(max_calls=2)
+    with httpx.Client(base_url=proxy.url, trust_env=False, headers={"Authorization": f"Bearer {session.api_key}"}
+                      ) as http:
+        lone = http.post("/chat/completions", content=b'{"messages": [{"role": "user", "content": "a\\ud800"}]}')
+        paired = http.post("/chat/completions",
+                           content=b'{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}')
+    assert lone.status_code == 400 and "surrogate" in lone.json()["error"]["message"]
+    assert paired.status_code == 200 and session.calls == 1
 
 
 def test_bodies_past_the_limit_are_refused_unread(proxy: CaptureProxy) -> None:

@@ -115,7 +115,8 @@ def read_messages(body: Any) -> ChatRequest:
     kind = choice.get("type") if isinstance(choice, dict) else choice
     if kind not in (None, "auto", "none"):
         raise RequestError(f"constrained decoding is not supported here (tool_choice {json.dumps(choice)}): the "
-                           "capture proxy samples from the unconstrained policy it records", code="constrained_decoding")
+                           "capture proxy samples from the unconstrained policy it records",
+                           code="constrained_decoding")
     limit = body.get("max_tokens")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise RequestError(f"max_tokens must be a positive integer, got {json.dumps(limit)}")

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChatRequest", "RequestError", "read_request", "check_message", "parse_completion", "message_key", "tools_key",
-           "for_template", "CONSTRAINED"]
+__all__ = ["ChatRequest", "RequestError", "read_request", "check_message", "parse_completion", "message_key",
+           "tools_key", "for_template", "CONSTRAINED"]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 #: Request fields that ask for constrained decoding (OpenAI's and vLLM's names).

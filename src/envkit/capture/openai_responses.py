@@ -104,7 +104,8 @@ def read_responses(body: Any) -> ChatRequest:
     shaped = isinstance(text, dict) and isinstance(text.get("format"), dict) and text["format"].get("type") != "text"
     if choice not in (None, "auto", "none") or shaped:
         raise RequestError("constrained decoding is not supported here (a forced tool_choice or a text format): the "
-                           "capture proxy samples from the unconstrained policy it records", code="constrained_decoding")
+                           "capture proxy samples from the unconstrained policy it records",
+                           code="constrained_decoding")
     limit = body.get("max_output_tokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise RequestError(f"max_output_tokens must be a positive integer, got {json.dumps(limit)}")

@@ -1,10 +1,10 @@
 """The proxy's HTTP routes: one per dialect (`dialect.Dialect`: OpenAI's `POST /v1/chat/completions` and
-`POST /v1/responses`, Anthropic's `POST /v1/messages`), `GET /v1/models`, and `GET /v1/capture/trace` (the caller's own session as a
-`TrainingTrace`).
+`POST /v1/responses`, Anthropic's `POST /v1/messages`, Google's `generateContent`), `GET /v1/models`, and
+`GET /v1/capture/trace` (the caller's own session as a `TrainingTrace`).
 
-Every route needs a session's key (`Authorization: Bearer KEY` or `x-api-key: KEY`); a missing, unknown or closed
-key is answered 401. Errors come in the dialect's own shape, one line each, never a 500 for what a caller sent; a
-call over the session's budget is answered 429 with `x-should-retry: false` (the vendors' SDKs then do not retry).
+Every route needs a session's key (`Authorization: Bearer KEY`, `x-api-key` or `x-goog-api-key`); a missing,
+unknown or closed key is answered 401. Errors come in the dialect's own shape, one line each, never a 500 for what
+a caller sent; a call over the session's budget is answered 429 (`x-should-retry: false` where the SDK reads it).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from .batching import Batcher
 from .anthropic import MESSAGES
+from .google import GENERATE, STREAM_GENERATE
 from .openai_responses import RESPONSES
 from .chat import ChatRequest, RequestError, message_key, parse_completion, tools_key
 from .continuation import Renderer, build_prompt
@@ -41,7 +42,7 @@ MAX_REQUEST_BYTES = 16 * 2**20
 #: Bodies larger than this are rendered and tokenised off the event loop.
 OFFLOAD_BYTES = 64 * 2**10
 #: The wire formats served, each on its own path.
-DIALECTS: tuple[Dialect, ...] = (CHAT, MESSAGES, RESPONSES)
+DIALECTS: tuple[Dialect, ...] = (CHAT, MESSAGES, RESPONSES, GENERATE, STREAM_GENERATE)
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
@@ -51,7 +52,7 @@ def _key_of(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         return header[7:].strip()
-    return request.headers.get("x-api-key")
+    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
 
 
 class CaptureRoutes:
