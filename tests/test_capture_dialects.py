@@ -7,6 +7,7 @@ plain text; what is tested is each dialect's reading and answering, and the chai
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,7 +19,10 @@ from google import genai
 from google.genai import types
 
 from capture_model import InstantEngine, tiny_echo
+from sandbox_helpers import require
+from envkit.agents import reference_command, run_agent
 from envkit.capture import CaptureProxy, CaptureSession, write_traces
+from envkit.sandbox import SandboxLimits, open_sandbox
 from test_capture_trace import validated
 
 pytestmark = pytest.mark.timeout(600)
@@ -145,3 +149,25 @@ def test_google_generate_content(proxy: CaptureProxy, openenv_python: str, tmp_p
     path = write_traces(tmp_path / "traces.jsonl", [session.trace(reward=1.0)])
     [result] = validated(openenv_python, path)
     assert result["ok"] and result["trainable"] == [len(call.completion_ids) for call in session.records]
+
+
+def test_the_reference_agent_speaks_anthropic_in_a_sandbox() -> None:
+    """The bundled agent with `--api anthropic`, in a bubblewrap sandbox, through the relay to the proxy's unix
+    socket in the channel folder: it runs the shell call it gets, sends the result back, and its chain holds."""
+    require("local")
+    folder = tempfile.TemporaryDirectory()   # in /tmp: the sandbox's own uid must pass through to the socket
+    channel = Path(folder.name)
+    engine = InstantEngine(tiny_echo().tokenizer, '<tool_call>\n{"name": "shell", "arguments": {"command": '
+                                                  '"echo hi > note.txt && cat note.txt"}}\n</tool_call>', "Done.")
+    with CaptureProxy(engine, port=None, unix_socket=channel / "proxy.sock") as proxy, open_sandbox(
+            "local", limits=SandboxLimits(wall_s=60, cpu_s=30), channel_dir=str(channel)) as sandbox:
+        session = proxy.open_session(max_calls=4)
+        result = run_agent(sandbox, reference_command("Leave a note.") + " --api anthropic", session=session,
+                           timeout_s=60)
+        assert result.exit_code == 0, result.stderr
+        assert "done after 2 turns: Done." in result.stdout
+        assert sandbox.run(["cat", "note.txt"]).stdout.strip() == "hi"
+    folder.cleanup()
+    assert_one_chain(session, 2)
+    assert session.records[1].messages[-1] == {"role": "tool", "tool_call_id": session.records[1].messages[-2][
+        "tool_calls"][0]["id"], "content": "hi\n[exit code 0]"}
