@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from starlette.responses import JSONResponse, Response
 
-from .chat import ChatRequest, RequestError, check_message
+from .chat import ChatRequest, RequestError, assistant_message, check_message
 from .dialect import Dialect, event_stream
 from .records import Call
 
@@ -70,12 +70,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
             thought.append(block["thinking"])
         elif kind != "redacted_thinking":
             raise RequestError(f"{where}: an assistant message holds text, tool_use and thinking blocks, not {kind}")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
-    if calls:
-        message["tool_calls"] = calls
-    if thought:
-        message["reasoning_content"] = "".join(thought)
-    return message
+    return assistant_message(text, calls, thought)
 
 
 def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

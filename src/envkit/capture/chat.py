@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ChatRequest", "RequestError", "read_request", "check_message", "parse_completion", "message_key",
-           "tools_key", "for_template", "CONSTRAINED"]
+           "tools_key", "for_template", "assistant_message", "CONSTRAINED"]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 #: Request fields that ask for constrained decoding (OpenAI's and vLLM's names).
@@ -103,6 +103,17 @@ def check_message(index: int, message: Any) -> None:
     for name in ("name", "tool_call_id", "reasoning_content"):
         if message.get(name) is not None and not isinstance(message[name], str):
             raise RequestError(f"{where}.{name} must be a string")
+
+
+def assistant_message(texts: list[str], calls: list[dict[str, Any]], thoughts: list[str]) -> dict[str, Any]:
+    """An assistant turn read from a dialect's blocks or parts: its texts as content (None when it only calls
+    tools), its tool calls, its thoughts as `reasoning_content`."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
+    if thoughts:
+        message["reasoning_content"] = "".join(thoughts)
+    return message
 
 
 def read_request(body: Any) -> ChatRequest:

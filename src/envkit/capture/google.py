@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from .chat import ChatRequest, RequestError, check_message
+from .chat import ChatRequest, RequestError, assistant_message, check_message
 from .dialect import Dialect, event_stream
 from .records import Call
 
@@ -59,12 +59,7 @@ def _model_turn(parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
             (thought if part.get("thought") is True else text).append(_text(part, where))
         elif "thoughtSignature" not in part:
             raise RequestError(f"{where}: a model turn holds text and functionCall parts here")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or (None if calls else "")}
-    if calls:
-        message["tool_calls"] = calls
-    if thought:
-        message["reasoning_content"] = "".join(thought)
-    return message
+    return assistant_message(text, calls, thought)
 
 
 def _result(response: Any) -> str:
