@@ -352,7 +352,8 @@ def continuation(run: Path) -> dict[str, Any]:
                         message_keys=[message_key(message) for message in chat.messages],
                         tools_key=tools_key(chat.tools), reply_key=message_key(reply),
                         prompt_ids=turn["prompt_token_ids"], completion_ids=turn["completion_token_ids"],
-                        logprobs=turn["per_token_logps"], finish_reason="stop", response={}, sampling={})
+                        logprobs=turn["per_token_logps"], finish_reason="stop", response={}, sampling={},
+                        prompt_text=renderer.render(chat.messages, chat.tools, generation=True))
             follow = read_request({"messages": [*request["messages"], reply, {"role": "tool", "content": "ok"}],
                                    "tools": request.get("tools")})
             total += 1

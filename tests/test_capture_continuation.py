@@ -71,7 +71,7 @@ class Chain:
             message_keys=[message_key(message) for message in messages], tools_key=tools_key(SHELL),
             reply_key=message_key(reply), prompt_ids=prompt.ids, completion_ids=completion,
             logprobs=[-1.0] * len(completion), finish_reason="stop", response={}, sampling={},
-            root_reason=prompt.root_reason))
+            root_reason=prompt.root_reason, prompt_text=prompt.text))
         return prompt, json.loads(json.dumps(reply))   # as a client reads it and sends it back
 
 

@@ -10,8 +10,8 @@ tool-call JSON unlike the template, and sampled ids need not be the tokenizer's 
 The new part's text is found in the conversation rendered with a placeholder in the parent's reply: it begins
 at the first end-of-turn marker (the tokenizer's eos text) after the placeholder, so no text a message holds (the
 marker itself, tool-call markup, template fragments) can move the cut. The history before the parent's turn must
-render the same with and without new messages after the reply, and the conversation rendered with the real reply
-must hold the same history and the same new part (checked); when it does not, or when nothing extends an earlier
+render as it did in the parent's prompt (its text is kept on the call), and the conversation rendered with the
+real reply must hold the same history and the same new part (checked); when it does not, or when nothing extends an earlier
 call (a rewritten history), the call starts a new root, tokenised whole, with its reason.
 """
 
@@ -70,11 +70,14 @@ class Renderer:
 @dataclass(frozen=True)
 class Prompt:
     """A call's prompt: its token ids, the earlier call it continues (None: a new root), how many tokens were
-    tokenised for it, and why it is a root when an earlier call's messages matched (else None)."""
+    tokenised for it, its rendered text, and why it is a root when an earlier call's messages matched (else
+    None)."""
 
     ids: list[int]
     parent: Call | None
     new_tokens: int
+    #: The conversation as the chat template renders it, with the generation prompt (a continuation's history).
+    text: str = ""
     root_reason: str | None = None
 
 
@@ -99,21 +102,22 @@ def _placeholder(rendered: str) -> str:
             return mark
 
 
-def _new_part(renderer: Renderer, request: ChatRequest, turn: int, whole: str) -> str | None:
-    """The text after the reply at `turn` in the conversation rendered whole, from its end-of-turn marker on
-    (None when the history or the new part renders otherwise once the reply is in place)."""
+def _new_part(renderer: Renderer, request: ChatRequest, parent: Call, whole: str) -> str | None:
+    """The text after the parent's reply in the conversation rendered whole, from its end-of-turn marker on
+    (None when the history renders otherwise than in the parent's prompt, or the new part otherwise once the real
+    reply is in place)."""
     eos = renderer.eos_text
+    turn = len(parent.message_keys)
     mark = _placeholder(whole)
     stand_in = [*request.messages[:turn], {"role": "assistant", "content": mark}, *request.messages[turn + 1:]]
     masked = renderer.render(stand_in, request.tools, generation=True)
-    upto = renderer.render(stand_in[: turn + 1], request.tools, generation=False)
-    # The history ends at the template's last marker before the placeholder, the reply's turn at the first marker
-    # after it: whatever text the messages hold, no marker they write is counted.
-    before, reply = upto.rfind(eos, 0, max(upto.find(mark), 0)), masked.find(mark)
+    # The history is the parent's prompt up to its last marker (what follows is the generation prompt); the
+    # reply's turn ends at the first marker after the placeholder: no marker a message writes is counted.
+    end, reply = parent.prompt_text.rfind(eos), masked.find(mark)
     cut = masked.find(eos, reply + len(mark)) if reply >= 0 else -1
-    if before < 0 or cut < 0:
+    if end < 0 or cut < 0:
         return None
-    history = upto[: before + len(eos)]
+    history = parent.prompt_text[: end + len(eos)]
     if not masked.startswith(history) or not whole.startswith(history) or not whole.endswith(masked[cut:]):
         return None
     return masked[cut:]
@@ -132,14 +136,15 @@ def build_prompt(renderer: Renderer, request: ChatRequest, earlier: Sequence[Cal
     when the prompt cannot leave room for one sampled token in `max_tokens`, told before tokenising it whole."""
     whole = renderer.render(request.messages, request.tools, generation=True)
     parent = _parent(request, earlier)
-    new = _new_part(renderer, request, len(parent.message_keys), whole) if parent is not None else None
+    new = _new_part(renderer, request, parent, whole) if parent is not None else None
     if parent is None or new is None:
         _check_size(renderer, whole, 0, max_tokens)
         ids = renderer.tokenize(whole)
-        return Prompt(ids=ids, parent=None, new_tokens=len(ids), root_reason=None if parent is None else (
+        return Prompt(ids=ids, parent=None, new_tokens=len(ids), text=whole, root_reason=None if parent is None else (
             "the chat template renders the history before the last reply differently once new messages follow it"))
     if parent.completion_ids and parent.completion_ids[-1] == renderer.eos_id:
         new = new[len(renderer.eos_text):]   # the sampled ids end the turn; the template's marker is not new
     _check_size(renderer, new, len(parent.prompt_ids) + len(parent.completion_ids), max_tokens)
     new_ids = renderer.tokenize(new)
-    return Prompt(ids=[*parent.prompt_ids, *parent.completion_ids, *new_ids], parent=parent, new_tokens=len(new_ids))
+    return Prompt(ids=[*parent.prompt_ids, *parent.completion_ids, *new_ids], parent=parent, new_tokens=len(new_ids),
+                  text=whole)

@@ -197,7 +197,7 @@ class CaptureRoutes:
                     completion_ids=generation.completion_ids, logprobs=generation.logprobs,
                     finish_reason=generation.finish_reason, response=response, sampling=sampling.as_dict(),
                     requested_sampling=chat.requested_sampling, new_prompt_tokens=prompt.new_tokens,
-                    root_reason=prompt.root_reason)
+                    root_reason=prompt.root_reason, prompt_text=prompt.text)
 
 
 def _parse(raw: bytes) -> Any:
