@@ -56,3 +56,29 @@ def tiny_echo(for_vllm: bool = False) -> TinyEcho:
         task = rows[0]["prompt"][-1]["content"] + environment.reset(**rows[0])
         environment._close()
     return TinyEcho(model=model, tokenizer=tokenizer, folder=folder, tools=tools, task=task)
+
+
+class InstantEngine:
+    """An engine that answers at once with its `replies` in turn (each then the end-of-turn token), each token's
+    log-probability -0.5: the proxy's own cost shows whole. Scripted because the hop and the wire formats, not the
+    model, are tested."""
+
+    model_name = "instant"
+    max_context: int | None = None
+    chat_template_kwargs = TEMPLATE_KWARGS
+
+    def __init__(self, tokenizer: Any, *replies: str) -> None:
+        self.tokenizer = tokenizer
+        self.replies = replies or ("Done.",)
+        self.served = 0
+
+    async def generate(self, requests: Any) -> list[Any]:
+        from envkit.capture import Generation
+
+        answers = []
+        for _ in requests:
+            text = self.replies[self.served % len(self.replies)]
+            self.served += 1
+            ids = [*self.tokenizer(text, add_special_tokens=False)["input_ids"], self.tokenizer.eos_token_id]
+            answers.append(Generation(ids, [-0.5] * len(ids), "stop"))
+        return answers

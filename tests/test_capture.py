@@ -302,7 +302,7 @@ def test_a_user_turn_after_earlier_reasoning_starts_a_root_and_says_why(tiny: Ti
                           message_keys=[message_key(message) for message in messages], tools_key=tools_key(None),
                           reply_key=message_key(reply), prompt_ids=prompt.ids, completion_ids=completion,
                           logprobs=[-1.0] * len(completion), finish_reason="stop", response={}, sampling={},
-                          root_reason=prompt.root_reason))
+                          root_reason=prompt.root_reason, prompt_text=prompt.text))
         return reply
 
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]

@@ -56,6 +56,9 @@ def relay(client, path):
 def serve(listener, path):
     while True:
         client, _ = listener.accept()
+        # What comes back is sent as it arrives, often a response's head and body apart: with Nagle's algorithm on,
+        # the body would wait for the agent's delayed acknowledgement of the head (up to 40 ms a call).
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=relay, args=(client, path), daemon=True).start()
 
 

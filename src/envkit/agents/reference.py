@@ -1,8 +1,10 @@
 """envkit's `reference` agent: a small coding agent that owns its loop. It runs inside a sandbox.
 
-    python3 reference.py INSTRUCTION [--max-turns N] [--model NAME] [--command-timeout S]
+    python3 reference.py INSTRUCTION [--max-turns N] [--model NAME] [--command-timeout S] [--api anthropic]
 
-It talks the OpenAI chat-completions wire format to `$OPENAI_BASE_URL` with `$OPENAI_API_KEY`, offers the model one
+It talks the OpenAI chat-completions wire format to `$OPENAI_BASE_URL` with `$OPENAI_API_KEY` (with `--api anthropic`,
+Anthropic's Messages API at `$ANTHROPIC_BASE_URL`, else beside the OpenAI URL, tool_use answered with tool_result
+blocks), offers the model one
 tool, `shell` (a command line run by /bin/sh in the current folder), and runs the commands the model asks for. The
 model's calls count as tool calls when they come as OpenAI `tool_calls`, or as `<tool_call>{"name": ..., "arguments":
 ...}</tool_call>` in the text (the form Qwen and Hermes chat templates sample); a text call's output goes back as a
@@ -27,6 +29,10 @@ SHELL_TOOL = {"type": "function", "function": {
     "description": "Run a shell command line in the work folder; returns its exit code and output.",
     "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "the command line"}},
                    "required": ["command"]}}}
+ANTHROPIC_SHELL_TOOL = {"name": "shell", "description": SHELL_TOOL["function"]["description"],
+                        "input_schema": SHELL_TOOL["function"]["parameters"]}
+#: The most tokens asked for a reply on the Messages API, which needs a number (the server's own cap may be lower).
+MAX_TOKENS = 4096
 TEXT_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 #: Characters of a command's output the model reads back (its start and its end when longer).
 SHOWN_CHARS = 4000
@@ -38,26 +44,51 @@ class ServerRefused(Exception):
     """The model server answered with an error (a spent budget, a bad key) or could not be reached."""
 
 
-def chat(messages, model):
-    """One chat-completions call; the first choice's message."""
-    body = json.dumps({"model": model, "messages": messages, "tools": [SHELL_TOOL]}).encode()
-    request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions", data=body, method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"})
+def post(path, body, headers):
+    """POST `body` as JSON to the model server's `path`; the answer's JSON."""
+    base = os.environ.get("ANTHROPIC_BASE_URL") if path == "/messages" else None
+    url = f"{base.rstrip('/')}/v1{path}" if base else os.environ["OPENAI_BASE_URL"].rstrip("/") + path
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as response:
             answer = response.read()
     except urllib.error.HTTPError as error:
         raise ServerRefused(f"HTTP {error.code}: {error.read(500).decode(errors='replace').strip()}") from None
     except (urllib.error.URLError, OSError) as error:
-        raise ServerRefused(f"cannot reach {os.environ['OPENAI_BASE_URL']}: {error}") from None
+        raise ServerRefused(f"cannot reach {url}: {error}") from None
     try:
-        message = json.loads(answer)["choices"][0]["message"]
+        return json.loads(answer)
+    except ValueError:
+        raise ServerRefused(f"the answer is not JSON: {answer[:200]!r}") from None
+
+
+def api_key(*names):
+    return next((os.environ[name] for name in names if os.environ.get(name)), "")
+
+
+def chat(messages, model):
+    """One chat-completions call; the first choice's message."""
+    answer = post("/chat/completions", {"model": model, "messages": messages, "tools": [SHELL_TOOL]},
+                  {"Authorization": f"Bearer {api_key('OPENAI_API_KEY')}"})
+    try:
+        message = answer["choices"][0]["message"]
         if not isinstance(message, dict):
             raise TypeError
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ServerRefused(f"the answer is not a chat completion: {answer[:200]!r}") from None
+    except (KeyError, IndexError, TypeError):
+        raise ServerRefused(f"the answer is not a chat completion: {str(answer)[:200]}") from None
     return message
+
+
+def messages_call(messages, model):
+    """One Anthropic Messages call; the answer's content blocks."""
+    answer = post("/messages", {"model": model, "max_tokens": MAX_TOKENS, "system": SYSTEM, "messages": messages,
+                                "tools": [ANTHROPIC_SHELL_TOOL]},
+                  {"x-api-key": api_key("ANTHROPIC_API_KEY", "OPENAI_API_KEY"), "anthropic-version": "2023-06-01"})
+    content = answer.get("content") if isinstance(answer, dict) else None
+    if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
+        raise ServerRefused(f"the answer is not a Messages API message: {str(answer)[:200]}")
+    return content
 
 
 def shell(command, timeout_s):
@@ -120,22 +151,49 @@ def turn(messages, reply, timeout_s):
     return False
 
 
+def anthropic_turn(messages, content, timeout_s):
+    """`turn` in Anthropic's Messages format: tool_use blocks answered with tool_result blocks."""
+    messages.append({"role": "assistant", "content": content})
+    uses = [block for block in content if block.get("type") == "tool_use"]
+    if uses:
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": block.get("id"),
+             "content": answer_call(block.get("name"), block.get("input"), timeout_s)} for block in uses]})
+        return True
+    calls = text_calls(text_of(content))
+    if calls:
+        messages.append({"role": "user", "content": "\n\n".join(answer_call(name, arguments, timeout_s)
+                                                                 for name, arguments in calls)})
+        return True
+    return False
+
+
+def text_of(content):
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+
+
 def main():
     parser = argparse.ArgumentParser(description="envkit's reference coding agent")
     parser.add_argument("instruction")
     parser.add_argument("--max-turns", type=int, default=8)
     parser.add_argument("--model", default=os.environ.get("OPENAI_MODEL", "envkit"))
     parser.add_argument("--command-timeout", type=float, default=30.0)
+    parser.add_argument("--api", choices=["openai", "anthropic"], default="openai",
+                        help="the wire format: OpenAI chat completions, or Anthropic's Messages API")
     options = parser.parse_args()
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": options.instruction}]
+    anthropic = options.api == "anthropic"
+    messages = [{"role": "user", "content": options.instruction}]
+    if not anthropic:
+        messages.insert(0, {"role": "system", "content": SYSTEM})
     for number in range(1, options.max_turns + 1):
         try:
-            reply = chat(messages, options.model)
+            reply = messages_call(messages, options.model) if anthropic else chat(messages, options.model)
         except ServerRefused as error:
             print(f"stopped at turn {number}: the model server refused the call ({error})", flush=True)
             return 0 if number > 1 else 1
-        if not turn(messages, reply, options.command_timeout):
-            print(f"done after {number} turns: {(reply.get('content') or '').strip()[:200]}", flush=True)
+        if not (anthropic_turn if anthropic else turn)(messages, reply, options.command_timeout):
+            text = text_of(reply) if anthropic else reply.get("content") or ""
+            print(f"done after {number} turns: {text.strip()[:200]}", flush=True)
             return 0
     print(f"stopped after {options.max_turns} turns (the turn limit)", flush=True)
     return 0

@@ -1,7 +1,9 @@
 """Requests from concurrent sessions gathered into one engine call.
 
-A call waits `window_s` for others to join it, then the batch (at most `max_batch`) goes to the engine as one
-`generate`; calls that arrive while a batch is generating form the next one. One batch generates at a time.
+An idle engine takes a call at once, with whatever arrived in the same pass of the event loop; calls that arrive
+while a batch is generating wait and form the next one (at most `max_batch` a batch). One batch generates at a
+time, so batches grow exactly when the engine is busy. `window_s` (default 0) makes every batch wait that long for
+others first, for engines whose cost hardly grows with the batch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ logger = logging.getLogger("envkit.capture")
 class Batcher:
     """Gathers `submit`ted requests into batches for `engine` (run on one event loop)."""
 
-    def __init__(self, engine: Engine, *, window_s: float = 0.005, max_batch: int = 64) -> None:
+    def __init__(self, engine: Engine, *, window_s: float = 0.0, max_batch: int = 64) -> None:
         self.engine = engine
         self.window_s = window_s
         self.max_batch = max_batch
@@ -38,7 +40,7 @@ class Batcher:
 
     async def _run(self) -> None:
         while self._pending:
-            await asyncio.sleep(self.window_s)
+            await asyncio.sleep(self.window_s)   # 0: one pass of the loop, for calls already on their way
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
             self.batch_sizes.append(len(batch))
             try:

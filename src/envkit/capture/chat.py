@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChatRequest", "RequestError", "read_request", "parse_completion", "message_key", "tools_key",
-           "for_template", "CONSTRAINED"]
+__all__ = ["ChatRequest", "RequestError", "read_request", "check_message", "parse_completion", "message_key",
+           "tools_key", "for_template", "assistant_message", "CONSTRAINED"]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 #: Request fields that ask for constrained decoding (OpenAI's and vLLM's names).
@@ -73,6 +73,49 @@ def _constrained(body: dict[str, Any]) -> list[str]:
     return found
 
 
+def _is_tool(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return (isinstance(function, dict) and isinstance(function.get("name"), str) and bool(function["name"])
+            and isinstance(function.get("parameters", {}), dict)
+            and isinstance(function.get("description", ""), (str, type(None))))
+
+
+def _is_tool_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (isinstance(function, dict) and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments", "{}"), (str, dict)))
+
+
+def check_message(index: int, message: Any) -> None:
+    """`RequestError` naming what is wrong with `messages[index]` (its role, content, tool calls or text fields)."""
+    where = f"messages[{index}]"
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str) or message["role"] not in ROLES:
+        raise RequestError(f"{where} must be an object whose role is one of {', '.join(sorted(ROLES))}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str) and not (isinstance(content, list) and all(
+            isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content)):
+        raise RequestError(f"{where}.content must be a string, null, or a list of parts like "
+                           "{\"type\": \"text\", \"text\": STRING}")
+    calls = message.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list) or not all(map(_is_tool_call, calls))):
+        raise RequestError(f"{where}.tool_calls must be a list of {{\"type\": \"function\", \"function\": "
+                           "{\"name\": STRING, \"arguments\": JSON STRING}}")
+    for name in ("name", "tool_call_id", "reasoning_content"):
+        if message.get(name) is not None and not isinstance(message[name], str):
+            raise RequestError(f"{where}.{name} must be a string")
+
+
+def assistant_message(texts: list[str], calls: list[dict[str, Any]], thoughts: list[str]) -> dict[str, Any]:
+    """An assistant turn read from a dialect's blocks or parts: its texts as content (None when it only calls
+    tools), its tool calls, its thoughts as `reasoning_content`."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
+    if thoughts:
+        message["reasoning_content"] = "".join(thoughts)
+    return message
+
+
 def read_request(body: Any) -> ChatRequest:
     """The request in `body` (parsed JSON), checked; `RequestError` says what is wrong."""
     if not isinstance(body, dict):
@@ -86,14 +129,11 @@ def read_request(body: Any) -> ChatRequest:
     if not isinstance(messages, list) or not messages:
         raise RequestError("`messages` must be a non-empty list of chat messages")
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise RequestError(f"messages[{index}] must be an object whose role is one of "
-                               f"{', '.join(sorted(ROLES))}")
+        check_message(index, message)
     tools = body.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(
-            isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("name")
-            for tool in tools)):
-        raise RequestError("`tools` must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}")
+    if tools is not None and (not isinstance(tools, list) or not all(map(_is_tool, tools))):
+        raise RequestError("`tools` must be a list of {\"type\": \"function\", \"function\": {\"name\": STRING, "
+                           "\"parameters\": OBJECT}}")
     if body.get("n", 1) != 1 or isinstance(body.get("n"), bool):
         raise RequestError("only one completion per request is supported (n=1)")
     stream = body.get("stream", False)

@@ -16,27 +16,51 @@ from pathlib import Path
 from typing import Any
 
 from .engine import Engine, Sampling
-from .routes import CaptureRoutes
+from .routes import MAX_REQUEST_BYTES, CaptureRoutes
 from .session import CaptureSession
 
-__all__ = ["CaptureProxy"]
+__all__ = ["CaptureProxy", "tcp_listener"]
 
 START_TIMEOUT_S = 30.0
 #: The longest path a unix socket's address holds on Linux (`sun_path`, less its final NUL).
 MAX_SOCKET_PATH = 107
+#: Connections waiting to be accepted, per listener (64 sessions' agents may connect at once).
+BACKLOG = 1024
+
+
+def tcp_listener(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:`port` whose connections send without delay.
+
+    The socket is made with `IPPROTO_TCP` as its protocol, not 0 (`socket.create_server`'s): asyncio turns Nagle's
+    algorithm off (`TCP_NODELAY`) on an accepted connection only when its socket says TCP, and uvicorn writes a
+    response's head and body in two sends. With Nagle on, the body waits for the client's acknowledgement of the
+    head, which a client delays by up to 40 ms: every call on a kept-alive connection paid that."""
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen(BACKLOG)
+    except BaseException:
+        listening.close()
+        raise
+    return listening
 
 
 class CaptureProxy:
     """An OpenAI-compatible endpoint that records every call it serves from `engine`.
 
     `port`: the 127.0.0.1 port (0: a free one; None: no TCP listener); `unix_socket`: a socket path to listen on
-    as well (`add_listener` adds more, as it does to a proxy started with neither). `batch_window_s` and `max_batch`:
-    how long a call waits for others to share its engine batch, and the largest batch. Use as a context manager, or
-    `start()` and `close()`."""
+    as well (`add_listener` adds more, as it does to a proxy started with neither). `max_batch`: the largest engine
+    batch (calls that arrive while the engine is busy share the next one); `batch_window_s`: how long each batch
+    waits for others first (0: not at all). `max_request_bytes`: the largest request body (413 past it, read no
+    further); `max_context`: prompt plus completion tokens, at most (None: the engine's), checked on a lower bound
+    before a long conversation is tokenised. Use as a context manager, or `start()` and `close()`."""
 
     def __init__(self, engine: Engine, *, unix_socket: str | os.PathLike[str] | None = None,
-                 port: int | None = 0, batch_window_s: float = 0.005, max_batch: int = 64) -> None:
-        self.routes = CaptureRoutes(engine, batch_window_s=batch_window_s, max_batch=max_batch)
+                 port: int | None = 0, batch_window_s: float = 0.0, max_batch: int = 64,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_context: int | None = None) -> None:
+        self.routes = CaptureRoutes(engine, batch_window_s=batch_window_s, max_batch=max_batch,
+                                    max_request_bytes=max_request_bytes, max_context=max_context)
         self.engine = engine
         self.port = port
         self.unix_socket = unix_socket
@@ -54,7 +78,7 @@ class CaptureProxy:
         self._thread.start()
         try:
             if self.port is not None:
-                listening = socket.create_server(("127.0.0.1", self.port))
+                listening = tcp_listener(self.port)
                 port = listening.getsockname()[1]
                 self._serve(f"127.0.0.1:{port}", listening, None)
                 self.url = f"http://127.0.0.1:{port}/v1"
@@ -79,7 +103,7 @@ class CaptureProxy:
             path.unlink()
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listening.bind(str(path))
-        listening.listen(128)
+        listening.listen(BACKLOG)
         self._serve(str(path), listening, path)
         return str(path)
 

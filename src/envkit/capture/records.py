@@ -31,3 +31,5 @@ class Call:
     new_prompt_tokens: int = 0
     #: Why the call is a root although it extends an earlier call's messages (None otherwise).
     root_reason: str | None = None
+    #: The conversation as the chat template rendered it for this call (the next call's history is checked on it).
+    prompt_text: str = ""
