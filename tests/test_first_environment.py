@@ -389,3 +389,162 @@ def test_training_a_tiny_model_without_a_scripted_player_says_what_to_do_before_
     assert warning in output, output
     assert 'TOOL_PLAYERS = {"solver": ...} in mathenv.py, beside MathEnvironment' in output
     assert output.index(warning) < output.index("step    1/1")
+
+
+# -- task_prompt, however it is written ------------------------------------------------------------------------
+
+PROMPTS = {
+    "plain": "    def task_prompt(self, task):\n        return PROBLEMS[task['problem']][0]\n",
+    "classmethod": "    @classmethod\n    def task_prompt(cls, task):\n        return PROBLEMS[task['problem']][0]\n",
+    "staticmethod": "    @staticmethod\n    def task_prompt(task):\n        return PROBLEMS[task['problem']][0]\n",
+}
+
+
+def load_with_prompt(tmp_path: Path, method: str) -> Any:
+    """The math env with `method` added to its class (its own module, so each variant imports separately)."""
+    target = load_math(tmp_path)
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    name = f"{path.stem}_{next(_modules)}"
+    (tmp_path / f"{name}.py").write_text(path.read_text().replace(
+        "    def __init__(self) -> None:", method + "\n    def __init__(self) -> None:"))
+    return resolve_target(f"{name}:MathEnvironment")
+
+
+@pytest.mark.parametrize("form", sorted(PROMPTS))
+def test_task_prompt_works_as_a_plain_method_a_classmethod_or_a_staticmethod(tmp_path: Path, form: str) -> None:
+    """Servers call task_prompt on the class, before any instance exists: every form an author may write answers,
+    and the folder check and the server's checks agree (no knock-on failure in the ORS refusals check)."""
+    from envkit.publish.validate import validate_class
+
+    target = load_with_prompt(tmp_path, PROMPTS[form])
+    assert target.env_class.task_prompt({"problem": 1}) == "What is 9 plus 10?"
+    module = target.env_class.__module__
+    assert statuses(validate_class(f"{module}:MathEnvironment"))["tasks"] == "ok"
+    with running_server(app_from_environment(target.env_class, env_name="math")) as url:
+        report = asyncio.run(validate_url(url))
+    assert report.ok, report.table()
+    assert statuses(report)["ors session"] == statuses(report)["ors refusals"] == "ok", report.table()
+
+
+def test_a_task_prompt_that_needs_an_instance_fails_the_folder_check_with_the_reason(tmp_path: Path) -> None:
+    from envkit.publish.validate import validate_class
+
+    target = load_with_prompt(tmp_path, "    def task_prompt(self, task):\n        return self.problem_text\n")
+    report = validate_class(f"{target.env_class.__module__}:MathEnvironment")
+    assert statuses(report)["tasks"] == "fail"
+    assert "called on the class, before a session opens" in detail(report, "tasks")
+
+
+def test_a_session_that_cannot_open_leaves_the_ors_refusals_check_alone(tmp_path: Path) -> None:
+    """A task_prompt that raises fails `ors session`; the refusals check does not fail again for it."""
+    target = load_with_prompt(tmp_path, "    @classmethod\n    def task_prompt(cls, task):\n"
+                                        "        raise RuntimeError('no prompt today')\n")
+    with running_server(app_from_environment(target.env_class, env_name="math")) as url:
+        report = asyncio.run(validate_url(url))
+    assert statuses(report)["ors session"] == "fail" and "no prompt today" in detail(report, "ors session")
+    assert statuses(report)["ors refusals"] == "ok", report.table()
+    assert "see ors session" in detail(report, "ors refusals")
+
+
+# -- the server's faults, told apart from the author's -----------------------------------------------------------
+
+SANDBOXED = '''
+from typing import Annotated
+
+from pydantic import Field
+
+from envkit import Action, Environment, Observation, State, tool
+from envkit.sandbox import open_sandbox
+
+
+class RunAction(Action):
+    command: str = Field(examples=["ls"])
+
+
+class RunObservation(Observation):
+    output: str = ""
+
+
+class ShellEnvironment(Environment[RunAction, RunObservation, State]):
+    """A shell in a sandbox per session."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    TASKS = {"test": [{}]}
+
+    def __init__(self) -> None:
+        self.box = None
+
+    def reset(self, seed=None, episode_id=None, **kwargs) -> RunObservation:
+        return RunObservation(output="ready")
+
+    def step(self, action: RunAction) -> RunObservation:
+        if self.box is None:
+            self.box = open_sandbox()
+        return RunObservation(output=self.box.run(action.command).stdout)
+
+    @property
+    def state(self) -> State:
+        return State()
+
+    @tool
+    def run(self, command: Annotated[str, Field(examples=["ls"])]) -> RunObservation:
+        """Run a shell command.
+
+        Args:
+            command: The command line.
+        """
+        return self.step(RunAction(command=command))
+'''
+
+
+def test_validate_url_says_a_missing_sandbox_backend_is_the_servers_fault(tmp_path: Path) -> None:
+    """The server (a real `envkit serve`) has only the docker backend, and no engine answers at its DOCKER_HOST:
+    every check that opens a sandbox says the server is at fault, and none blames the examples."""
+    (tmp_path / "shellenv.py").write_text(SANDBOXED)
+    environment = {"ENVKIT_SANDBOX": "docker", "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",
+                   "PYTHONPATH": str(tmp_path)}
+    with ServedProcess("shellenv:ShellEnvironment", "--max-concurrent-envs", "4", env=environment) as served:
+        report = asyncio.run(validate_url(served.url))
+    failed = [check for check in report.checks if check.status == "fail"]
+    assert {check.name for check in failed} >= {"step", "tool call"}, report.table()
+    for check in failed:
+        assert check.detail.startswith("the server's fault, not the environment's code or examples: it cannot "
+                                       "open a sandbox"), report.table()
+        assert "nothing to fix" not in check.detail and "give it an example" not in check.detail
+
+
+# -- what the model reads first ----------------------------------------------------------------------------------
+
+
+def ors_prompt(env_class: Any) -> str:
+    with running_server(app_from_environment(env_class, env_name="math")) as url:
+        server = OrsServer(url)
+        try:
+            session = server.open(split="test", index=0)
+            session.close()
+        finally:
+            server.close()
+    return session.prompt
+
+
+@pytest.mark.parametrize(("prompt", "observation", "expected"), [
+    ("'Submit the answer.'", "PROBLEMS[self.problem][0]", "Submit the answer.\n\nWhat is 8 minus 3?"),
+    ("PROBLEMS[task['problem']][0]", "'Question: ' + PROBLEMS[self.problem][0] + ' Use the tools.'",
+     "Question: What is 8 minus 3? Use the tools."),
+])
+def test_the_task_prompt_comes_first_and_is_never_said_twice(tmp_path: Path, prompt: str, observation: str,
+                                                              expected: str) -> None:
+    """The rule (`envkit.opening_text`): the task's prompt, a blank line, the first observation; the prompt left out
+    where the observation already says it. The ORS prompt and an eval's first message end the same way."""
+    from envkit.evaluate import EvalSettings, evaluate
+
+    target = load_with_prompt(tmp_path, f"    @classmethod\n    def task_prompt(cls, task):\n        return {prompt}\n")
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    path.write_text(path.read_text().replace("text=PROBLEMS[self.problem][0]", f"text={observation}"))
+    sys.modules.pop(path.stem)
+    written = resolve_target(f"{path.stem}:MathEnvironment")
+    assert ors_prompt(written.env_class) == expected
+    evaluation = evaluate(EvalSettings(env=[f"{path.stem}:MathEnvironment"], policies=["random"], games=1),
+                          say=lambda _: None)
+    first = evaluation.transcripts[0].messages[0]["content"]
+    assert first.endswith("\n\n" + expected) and first.count("What is 8 minus 3?") == 1, first

@@ -3,7 +3,8 @@
 TRL's `GRPOTrainer` plays a batch of episodes this way, and so does this loop:
 
 1. each episode's environment instance (the class `envkit.train.bind` generates) is reset with the
-   task's arguments, and the text it returns is appended to the prompt's last user message;
+   task's arguments, and the text it returns is appended to the prompt's last user message (after the task's
+   own prompt, where it has one and the text does not already hold it: `envkit.opening_text`);
 2. the player answers every conversation at once (one batch of generation);
 3. for each answer with tool calls, the calls run in order on that episode's instance: a result
    becomes a tool message `{"role": "tool", "name": ..., "content": str(result)}`, a call that
@@ -26,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..environment import opening_text
 from .binding import Episode, ServedEnvironment, tool_names
 
 __all__ = ["Game", "Conversation", "Player", "play", "start", "take_turns"]
@@ -35,7 +37,8 @@ __all__ = ["Game", "Conversation", "Player", "play", "start", "take_turns"]
 class Game:
     """One game to play: its environment, the `reset` arguments, where it came from, and the prompt.
 
-    `prompt` is the chat before the first observation (TRL's dataset `prompt` column).
+    `prompt` is the chat before the first observation (TRL's dataset `prompt` column); `instruction` is the task's
+    own prompt (`Environment.task_prompt`), which the first observation follows (`envkit.opening_text`).
     """
 
     env: str
@@ -43,6 +46,7 @@ class Game:
     prompt: list[dict[str, Any]]
     split: str | None = None
     task_index: int | None = None
+    instruction: str | None = None
 
 
 @dataclass
@@ -91,7 +95,7 @@ def start(games: Sequence[Game], environments: Sequence[ServedEnvironment], pool
     def begin(game: Game, environment: ServedEnvironment) -> Conversation:
         observation = environment._start(game.task)
         prompt = copy.deepcopy(game.prompt)
-        prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
+        prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + opening_text(game.instruction, observation)}
         return Conversation(game, environment, prompt, _bound_tools(environment))
 
     return list(pool.map(begin, games, environments))
