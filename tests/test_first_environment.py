@@ -548,3 +548,24 @@ def test_the_task_prompt_comes_first_and_is_never_said_twice(tmp_path: Path, pro
                           say=lambda _: None)
     first = evaluation.transcripts[0].messages[0]["content"]
     assert first.endswith("\n\n" + expected) and first.count("What is 8 minus 3?") == 1, first
+
+
+def test_a_transcript_marks_the_tool_message_that_ended_the_episode(math_url: str) -> None:
+    """A player that goes on calling after the end (as a small model does): the call that ended the episode is
+    marked, the refused ones after it are not."""
+    from envkit.play.binding import bind
+    from envkit.play.games import play_and_score, split_games
+
+    class Persistent:
+        label = "persistent"
+
+        def respond(self, conversations: Any) -> list[dict[str, Any]]:
+            call = {"type": "function", "function": {"name": "submit", "arguments": {"answer": 5.0}}}
+            return [{"role": "assistant", "content": "", "tool_calls": [call]} for _ in conversations]
+
+    classes = {"math": bind(math_url, name="math")}
+    games = split_games("math", None, "test", 1, "Solve it.\n\n", OrsServer(math_url))
+    _, (transcript,) = play_and_score(Persistent(), games, classes, {}, max_tool_calling_iterations=3)
+    answers = [message for message in transcript.messages if message["role"] == "tool"]
+    assert [message.get("ended_episode", False) for message in answers] == [True, False, False], answers
+    assert transcript.to_json()["messages"][2]["ended_episode"] is True

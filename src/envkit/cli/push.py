@@ -53,6 +53,13 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
     from ..publish.validate import validate_folder
 
     if not (directory / "pyproject.toml").is_file():
+        from ..harbor import is_task_collection
+
+        if is_task_collection(directory):
+            raise click.UsageError(
+                f"{directory} holds Harbor tasks, which a Space cannot serve: each session runs in a task container, "
+                "so where it is served needs a Docker engine (a Space has none); serve it with `envkit serve "
+                f"{directory}` on a machine with one (DOCKER_HOST), and publish the task folders as they are")
         raise click.UsageError(f"{directory} is not an env folder (no pyproject.toml); pass the folder `envkit new` made")
     report = validate_folder(directory)
     if not report.ok:
