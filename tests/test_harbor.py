@@ -275,3 +275,21 @@ def test_no_engine_is_one_line_not_a_traceback(tasks: Path, tmp_path: Path) -> N
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "a bug in the environment" not in done.stderr
     assert done.stderr.count("no Docker engine answers at unix://") == 2, done.stderr   # the server's log, the error
+
+
+def test_validate_warns_where_harbor_would_refuse_a_task_name(tmp_path: Path) -> None:
+    """harbor 0.25 takes a task.toml's [task].name only as org/name; envkit serves the task either way, and validate
+    says so as a warning naming the task and the fix."""
+    from envkit.publish.validate import validate_tasks
+
+    require_engine()
+    make_task(tmp_path / "tasks" / "finding-router", solve="echo hello > /app/hello.txt", test=CHECK_HELLO,
+              toml='[task]\nname = "finding-router"\n')
+    make_task(tmp_path / "tasks" / "hello", solve="echo hello > /app/hello.txt", test=CHECK_HELLO,
+              toml='[task]\nname = "envkit/hello"\n')
+    report = validate_tasks(tmp_path / "tasks")
+    check = next(check for check in report.checks if check.name == "task names")
+    assert report.ok and check.status == "warn", report.table()
+    assert check.detail == ("finding-router/task.toml: [task].name 'finding-router' is not in harbor's 'org/name' form "
+                            "(letters, digits, '.', '_' and '-' each side of one '/'), so `harbor run` refuses the "
+                            "task; name it e.g. 'my-org/finding-router'")

@@ -194,6 +194,8 @@ def validate_tasks(folder: Path) -> Report:
     report.add("solutions", [f"task {task.name} has no solution/solve.sh: `envkit eval --policy oracle` cannot play it"
                              for task in tasks if not (task.solution_dir / "solve.sh").is_file()],
                f"{len(tasks)} task(s), each with solution/solve.sh", warn=True)
+    named = [problem for task in tasks if (problem := _harbor_name_problem(task.path))]
+    report.add("task names", named, "every [task].name is as harbor takes it (org/name) or left out", warn=True)
     problems = []
     for task in tasks:
         try:
@@ -203,6 +205,21 @@ def validate_tasks(folder: Path) -> Report:
     report.add("images", problems, f"{len(tasks)} image(s) built from environment/ (or found built)")
     _check_environment(report, target, {})
     return report
+
+
+#: The package names harbor 0.25 takes in a task.toml's [task].name (its constants' ORG_NAME_PATTERN), ".." aside.
+_HARBOR_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*")
+
+
+def _harbor_name_problem(task: Path) -> str | None:
+    """Why harbor would refuse the task's [task].name, which envkit itself does not need; None when it would not."""
+    package = tomllib.loads((task / "task.toml").read_text()).get("task")
+    name = package.get("name") if isinstance(package, dict) else None
+    if name is None or (isinstance(name, str) and _HARBOR_NAME.fullmatch(name) and ".." not in name):
+        return None
+    return (f"{task.name}/task.toml: [task].name {name!r} is not in harbor's 'org/name' form (letters, digits, '.', "
+            "'_' and '-' each side of one '/'), so `harbor run` refuses the task; name it e.g. "
+            f"'my-org/{task.name}'")
 
 
 def validate_class(spec: str) -> Report:
