@@ -185,6 +185,10 @@ def test_eval_oracle_scores_one_and_doing_nothing_zero(tasks: Path, tmp_path: Pa
      "cannot be enforced"),
     (lambda task: (task / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"),
      "[verifier].timeout_sec must be a positive number"),
+    (lambda task: (task / "task.toml").write_text('[environment]\nstorage = "10 gigabytes"\n'),
+     "[environment].storage must be a size like"),
+    (lambda task: (task / "task.toml").write_text('[environment]\nmemory = "2G"\nmemory_mb = 4096\n'),
+     "is 2048 MB but memory_mb is 4096"),
 ])
 def test_a_broken_task_folder_is_one_line(tmp_path: Path, change: object, message: str) -> None:
     task = make_task(tmp_path / "tasks" / "bad", solve="true", test="true")
@@ -195,6 +199,18 @@ def test_a_broken_task_folder_is_one_line(tmp_path: Path, change: object, messag
     assert message in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     with pytest.raises(HarborTaskError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_task(task)
+
+
+@pytest.mark.parametrize(("lines", "memory_mb", "storage_mb"), [
+    ('storage = "10G"', 2048, 10240), ('memory = "512M"\nstorage = "1.5G"', 512, 1536),
+    ('memory = "4g"\nmemory_mb = 4096', 4096, 1024), ("memory_mb = 1024\nstorage_mb = 2048", 1024, 2048),
+])
+def test_the_older_size_fields_read_as_harbor_reads_them(tmp_path: Path, lines: str, memory_mb: int,
+                                                         storage_mb: int) -> None:
+    """harbor 0.25 still reads `memory` and `storage` as sizes ("10G" is 10,240 MB) where `*_mb` is not given."""
+    task = make_task(tmp_path / "sized", solve="true", test="true", toml=f"[environment]\n{lines}\n")
+    loaded = load_task(task)
+    assert (loaded.memory_mb, loaded.storage_mb) == (memory_mb, storage_mb)
 
 
 def test_images_are_cached_by_content_and_a_failed_build_names_its_log(tasks: Path, tmp_path: Path) -> None:
