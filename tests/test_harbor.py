@@ -230,7 +230,10 @@ def test_images_are_cached_by_content_and_a_failed_build_names_its_log(tasks: Pa
         task_image(load_task(broken))
     assert _stopped_build_steps() == stopped, "the failed step's container was left behind"
     line = str(raised.value)
-    assert "\n" not in line and "building the image of task broken failed (exit code 1" in line
+    assert "\n" not in line and "building the image of task broken failed (exit code 1): at Step 2/3 : RUN echo " \
+        "about to fail && false: about to fail / The command '/bin/sh -c echo about to fail && false' returned a " \
+        "non-zero code: 1; if a step downloads (apt-get, pip, curl), it may have had no route out: build with " \
+        "ENVKIT_HARBOR_BUILD_NETWORK=host (the engine's host network); its log: " in line, line
     log = Path(line.rpartition("its log: ")[2])
     assert log.is_file() and "about to fail" in log.read_text()
 
@@ -309,3 +312,18 @@ def test_validate_warns_where_harbor_would_refuse_a_task_name(tmp_path: Path) ->
     assert check.detail == ("finding-router/task.toml: [task].name 'finding-router' is not in harbor's 'org/name' form "
                             "(letters, digits, '.', '_' and '-' each side of one '/'), so `harbor run` refuses the "
                             "task; name it e.g. 'my-org/finding-router'")
+
+
+def test_validate_gives_each_failed_build_a_row_of_its_own_in_full(tmp_path: Path) -> None:
+    from envkit.publish.validate import validate_tasks
+
+    require_engine()
+    for name in ("first", "second"):
+        make_task(tmp_path / "tasks" / name, solve="true", test="true",
+                  dockerfile=f"FROM python:3.11-slim\nRUN echo {name} build fails here && false\n")
+    report = validate_tasks(tmp_path / "tasks")
+    rows = {check.name: check for check in report.checks if check.name.startswith("image")}
+    assert set(rows) == {"image first", "image second"} and not report.ok, report.table()
+    for name, check in rows.items():
+        assert check.status == "fail" and "ENVKIT_HARBOR_BUILD_NETWORK=host" in check.detail
+        assert f"echo {name.split()[1]} build fails here && false' returned a non-zero code: 1;" in check.detail

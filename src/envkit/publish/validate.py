@@ -196,13 +196,14 @@ def validate_tasks(folder: Path) -> Report:
                f"{len(tasks)} task(s), each with solution/solve.sh", warn=True)
     named = [problem for task in tasks if (problem := _harbor_name_problem(task.path))]
     report.add("task names", named, "every [task].name is as harbor takes it (org/name) or left out", warn=True)
-    problems = []
-    for task in tasks:
+    failed = 0
+    for task in tasks:   # a row per failed build: each says the step, its words and the network setting in full
         try:
             task_image(task)
         except (HarborTaskError, SandboxUnavailableError) as error:
-            problems.append(str(error))
-    report.add("images", problems, f"{len(tasks)} image(s) built from environment/ (or found built)")
+            failed += not report.add(f"image {task.name}", [str(error)], "")
+    if not failed:
+        report.add("images", [], f"{len(tasks)} image(s) built from environment/ (or found built)")
     _check_environment(report, target, {})
     return report
 
