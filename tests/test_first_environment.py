@@ -28,7 +28,7 @@ ENVKIT = str(Path(sys.executable).with_name("envkit"))
 MATH = '''
 import ast
 import operator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -193,6 +193,18 @@ def test_a_refused_example_is_a_warning_with_nothing_to_fix(tmp_path: Path) -> N
     assert report.ok and statuses(report)["tool call"] == "warn"
     assert "made from the examples given, so a legal move depends on the episode: nothing to fix" in \
         detail(report, "tool call")
+
+
+def test_a_refused_choice_among_allowed_values_is_hinted_as_a_literal(tmp_path: Path) -> None:
+    """A Literal argument (a maze's direction): every value fits the schema, so the hint says which was sent and
+    names the Literal, not `str`."""
+    target = load_math(tmp_path, 'Literal["6 / 7", "6 * 7"]')
+    with running_server(app_from_environment(target.env_class)) as url:
+        report = asyncio.run(validate_url(url))
+    assert report.ok and statuses(report)["tool call"] == "warn"
+    assert "'6 / 7' was the first of expression's allowed values; to have one legal at the start sent, give it an " \
+        "example: `expression: Annotated[Literal['6 / 7', '6 * 7'], Field(examples=[...])]`" in \
+        detail(report, "tool call"), report.table()
 
 
 def test_an_argument_with_examples_binds_to_the_trainer(tmp_path: Path) -> None:

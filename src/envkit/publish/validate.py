@@ -619,6 +619,12 @@ def _example_hint(schema: dict[str, Any]) -> str:
     name = next(iter(schema.get("required") or properties), "value")
     kind = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}.get(
         str((properties.get(name) or {}).get("type")), "str")
+    allowed = (properties.get(name) or {}).get("enum")
+    if allowed:   # every value is legal to the schema: which one is legal now depends on the episode
+        kind = f"Literal[{', '.join(repr(value) for value in allowed)}]"
+        return (f"{allowed[0]!r} was the first of {name}'s allowed values; to have one legal at the start sent, "
+                f"give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a tool, `{name}: "
+                f"{kind} = Field(examples=[...])` on an Action")
     return (f"to have a legal one sent, give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a "
             f"tool, `{name}: {kind} = Field(examples=[...])` on an Action")
 
