@@ -73,12 +73,13 @@ class UnknownSplitError(KeyError):
 def opening_text(prompt: str | None, observation: str) -> str:
     """What a model reads first in an episode: the task's prompt, a blank line, then the first observation's text.
 
-    The prompt is left out where the observation already holds it, so nothing is said twice.
+    The prompt is left out where the observation already holds it, so nothing is said twice; the observation's text
+    is kept as it is (a chat template reads its whitespace too).
     """
-    prompt, observation = (prompt or "").strip(), observation.strip()
+    prompt = (prompt or "").strip()
     if not prompt or prompt in observation:
         return observation
-    return f"{prompt}\n\n{observation}" if observation else prompt
+    return f"{prompt}\n\n{observation}" if observation.strip() else prompt
 
 
 #: The methods servers call on the class, before or without an instance: an author may write them as plain

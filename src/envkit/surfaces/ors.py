@@ -256,7 +256,7 @@ class OrsSurface(ExchangeEndpoint):
                     first = await session.reset(self.served.reset_kwargs(task))
                 if not isinstance(first, Observation):
                     raise TypeError(f"reset() returned {type(first).__name__}, expected an Observation")
-                prompt = opening_text(self.env_class.task_prompt(task), first.as_text())
+                prompt = opening_text(self.env_class.task_prompt(task), first.as_text().strip())
             except Exception as error:
                 await session.end(CloseCode.NORMAL, "the task could not be started")
                 if isinstance(error, FrameError):
