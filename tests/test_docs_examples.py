@@ -72,7 +72,8 @@ def test_every_block_is_run_or_says_why_not() -> None:
         block(page, marker)   # each place still names one block
 
 
-@pytest.mark.parametrize(("page", "text"), blocks(), ids=[f"{page}-{index}" for index, (page, _) in enumerate(blocks())])
+@pytest.mark.parametrize(("page", "text"), blocks(),
+                         ids=[f"{page}-{index}" for index, (page, _) in enumerate(blocks())])
 def test_every_block_compiles_and_the_envkit_names_it_imports_exist(page: str, text: str) -> None:
     tree = ast.parse(text, filename=page)
     for node in ast.walk(tree):
