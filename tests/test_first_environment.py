@@ -5,6 +5,7 @@ installed console script for the commands."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -560,6 +561,18 @@ def test_the_task_prompt_comes_first_and_is_never_said_twice(tmp_path: Path, pro
                           say=lambda _: None)
     first = evaluation.transcripts[0].messages[0]["content"]
     assert first.endswith("\n\n" + expected) and first.count("What is 8 minus 3?") == 1, first
+
+
+def test_training_reads_the_task_prompt_first_as_eval_does(tmp_path: Path) -> None:
+    """`envkit train`'s episodes start as eval's games do: the task's prompt, then the first observation."""
+    target = load_with_prompt(tmp_path, "    def task_prompt(self, task):\n        return 'Submit the answer.'\n")
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    done = envkit("train", "--env", f"./{path.name}:MathEnvironment", "--max-steps", "1", "--output-dir", "run",
+                  cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = json.loads((tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[0])["messages"][0]
+    assert first["content"].endswith("\n\nSubmit the answer.\n\nWhat is 6 times 7?") or \
+        first["content"].endswith("\n\nSubmit the answer.\n\nWhat is 9 plus 10?"), first
 
 
 def test_a_transcript_marks_the_tool_message_that_ended_the_episode(math_url: str) -> None:

@@ -179,7 +179,9 @@ def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Eval
                 say(f"serving {env.name} on {url} (in this process)")
         urls = {env.name: str(env.url) for env in envs}
         local_model = bool(settings.models) and not settings.openai_url
-        classes = {name: bind(url, name=name, check_schemas=local_model) for name, url in urls.items()}
+        known = {env.name: env.env_class.task_prompt for env in envs if env.env_class is not None}
+        classes = {name: bind(url, name=name, check_schemas=local_model, task_prompt=known.get(name))
+                   for name, url in urls.items()}
         prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
         games = _games(settings, envs, prompts)
         slots = _slots(urls, games)

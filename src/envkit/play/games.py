@@ -1,9 +1,9 @@
 """Which games an evaluation plays (tasks of an environment's split, or rows of a dataset file), and playing them.
 
 A game's prompt is built as `envkit train` builds its rows' prompts (the environment's `/metadata`
-prompt or description, `envkit.play.tasks.task_prompt`). When the game starts, the task's own prompt
-(`Environment.task_prompt`) and the first observation are appended to it as `envkit.opening_text` joins them,
-as TRL appends the first observation.
+prompt or description, `envkit.play.tasks.task_prompt`). When the game starts, the bound environment's `reset`
+text is appended to it, as TRL appends it: the task's own prompt (`Environment.task_prompt`, where the class is
+known) and the first observation, as `envkit.opening_text` joins them.
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ def split_games(env: str, env_class: type[Environment] | None, split: str, games
     if count > len(tasks):
         raise ConfigurationError(f"--games {count}: {env} split {split!r} has only {len(tasks)} tasks; ask for "
                                  f"{len(tasks)} or fewer, or give --dataset")
-    return [Game(env, dict(tasks[index]), [{"role": "user", "content": base_prompt}], split, index,
-                 env_class.task_prompt(dict(tasks[index])) if env_class is not None else None)
+    return [Game(env, dict(tasks[index]), [{"role": "user", "content": base_prompt}], split, index)
             for index in range(count)]
 
 

@@ -3,8 +3,7 @@
 TRL's `GRPOTrainer` plays a batch of episodes this way, and so does this loop:
 
 1. each episode's environment instance (the class `envkit.train.bind` generates) is reset with the
-   task's arguments, and the text it returns is appended to the prompt's last user message (after the task's
-   own prompt, where it has one and the text does not already hold it: `envkit.opening_text`);
+   task's arguments, and the text it returns is appended to the prompt's last user message;
 2. the player answers every conversation at once (one batch of generation);
 3. for each answer with tool calls, the calls run in order on that episode's instance: a result
    becomes a tool message `{"role": "tool", "name": ..., "content": str(result)}`, a call that
@@ -27,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..environment import opening_text
 from .binding import Episode, ServedEnvironment, tool_names
 
 __all__ = ["Game", "Conversation", "Player", "play", "start", "take_turns"]
@@ -37,8 +35,7 @@ __all__ = ["Game", "Conversation", "Player", "play", "start", "take_turns"]
 class Game:
     """One game to play: its environment, the `reset` arguments, where it came from, and the prompt.
 
-    `prompt` is the chat before the first observation (TRL's dataset `prompt` column); `instruction` is the task's
-    own prompt (`Environment.task_prompt`), which the first observation follows (`envkit.opening_text`).
+    `prompt` is the chat before the first observation (TRL's dataset `prompt` column).
     """
 
     env: str
@@ -46,7 +43,6 @@ class Game:
     prompt: list[dict[str, Any]]
     split: str | None = None
     task_index: int | None = None
-    instruction: str | None = None
 
 
 @dataclass
@@ -95,7 +91,7 @@ def start(games: Sequence[Game], environments: Sequence[ServedEnvironment], pool
     def begin(game: Game, environment: ServedEnvironment) -> Conversation:
         observation = environment._start(game.task)
         prompt = copy.deepcopy(game.prompt)
-        prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + opening_text(game.instruction, observation)}
+        prompt[-1] = {**prompt[-1], "content": prompt[-1]["content"] + observation}
         return Conversation(game, environment, prompt, _bound_tools(environment))
 
     return list(pool.map(begin, games, environments))
