@@ -19,10 +19,11 @@ import uuid
 from pathlib import Path
 
 from envkit.harbor import find_tasks, load_task
-from envkit.harbor.container import TaskContainer, open_task_container
+from envkit.harbor.container import open_task_container, task_limits, task_options
 from envkit.harbor.images import task_image
 from envkit.harbor.verifier import verify
 from envkit.sandbox import close_pools
+from envkit.sandbox.docker import DockerSandbox
 from envkit.sandbox.pool import pool_for
 
 
@@ -61,7 +62,8 @@ def main() -> None:
 
     image, workdir = task_image(task)
     os.environ["ENVKIT_SANDBOX_WARM"] = "2"
-    pool = pool_for(("bench", task.path), lambda: TaskContainer(task, image, workdir))
+    pool = pool_for(("bench", task.path), lambda: DockerSandbox(task_limits(task), image, None,
+                                                                  task_options(task, workdir)))
     pool.take().close()   # the first take starts the pool filling
     warm = []
     for _ in range(args.repeats):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,15 @@ def leftovers(server_pid: int | None = None) -> dict[str, int]:
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"{PREFIX}{pid}-" in line]
     return {"processes": len(sandbox_processes(pid)), "cgroups": len(cgroups), "containers": containers,
             "mounts": len(mounts)}
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Return once `condition()` holds; fail naming `what` was awaited if it does not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout_s:g} s for {what}")
+        time.sleep(0.05)
 
 
 def back_to(before: dict[str, int], timeout_s: float = 15.0) -> bool:

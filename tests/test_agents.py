@@ -183,9 +183,18 @@ def test_a_missing_socket_inside_is_said_by_the_relay(backend: str, channel: str
     assert result.exit_code == 1 and "no model server socket at /run/envkit/proxy.sock" in result.stderr, result
 
 
-def test_agent_results_are_plain_data() -> None:
-    result = RunResult(exit_code=0, stdout="x", stderr="", timed_out=False, truncated=False, duration_s=1.0)
-    assert result.ok and json.dumps(result.__dict__)
+def test_an_agents_result_keeps_the_end_of_its_output_as_plain_data(backend: str, channel: str) -> None:
+    """What run_agent returns of a chatty agent: the last TAIL_CHARS characters of each stream, `truncated` set, and
+    nothing but JSON-able fields."""
+    from envkit.agents.run import TAIL_CHARS
+
+    chatty = "python3 -c \"import sys; print('x' * 20000); print('err' * 5000, file=sys.stderr); print('end')\""
+    with box(backend, channel) as sandbox, scripted(channel):
+        result = run_agent(sandbox, chatty, api_key=KEY, timeout_s=30)
+    assert isinstance(result, RunResult) and result.ok and result.truncated
+    assert len(result.stdout) == TAIL_CHARS and result.stdout.endswith("x\nend\n")
+    assert len(result.stderr) == TAIL_CHARS and result.stderr.endswith("err\n")
+    assert json.loads(json.dumps(result.__dict__)) == result.__dict__
 
 
 def test_the_reference_agent_solves_a_coding_task_and_the_env_grades_it(backend: str,
@@ -221,7 +230,7 @@ def test_the_coding_env_refuses_an_agent_sandbox_after_tool_calls(monkeypatch: p
     try:
         env.reset(task_id="train/rotate_left_2")
         env.run_command("ls")
-        with pytest.raises(ValueError, match="opened by a tool call.*right after reset"):
+        with pytest.raises(ValueError, match="has run tool calls.*right after reset"):
             env.agent_sandbox()
         env.reset(task_id="train/rotate_left_2")
         assert env.agent_sandbox() is env.agent_sandbox()

@@ -22,7 +22,7 @@ import pytest
 from envkit import Environment, Observation, State
 from envkit.app.targets import app_from_environment, resolve_target
 from envkit.environment import Action
-from envkit.surfaces.harbor_tasks import INSTRUCTION_CHARS
+from envkit.core.task_refs import INSTRUCTION_CHARS
 from envkit.testing import ServedProcess, free_port, running_server
 
 PEER = Path(__file__).resolve().parent / "openenv_peer" / "harbor_task_discovery.py"

@@ -1,4 +1,6 @@
-"""The package's layers: no import circles in `src/envkit`, and each layer imports only itself and the layers below.
+"""The package's layers: no import circles in `src/envkit` or the bundled environments (`envs/`), each layer imports
+only itself and the layers below, and a package another uses (`PUBLISHED`) is used through its `__init__`'s
+`__all__` only.
 
 Every import counts: at module level, inside functions and under `TYPE_CHECKING` (a circle a type checker sees
 is still a circle a reader has to untangle). The graph is read from the source with `ast`; nothing is imported.
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src"
+ENVS = Path(__file__).resolve().parents[1] / "envs"
 
 #: The environment contract and the wire protocol: what everything else is written against.
 CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version")
@@ -28,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "sandbox": {"contract", "core"},
     "harbor": {"contract", "core", "sandbox", "capture", "agents"},
     "capture": set(),
-    "agents": {"contract", "sandbox"},
+    "agents": {"contract", "sandbox", "capture"},
     "play": {"contract", "client", "app", "transport", "sandbox"},
     "train": {"contract", "client", "app", "play", "capture", "agents"},
     "evaluate": {"contract", "client", "app", "play"},
@@ -45,19 +48,28 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path, root: Path) -> set[str]:
-    """The modules (and names, which may be modules) that the file at `path` imports, as absolute dotted names."""
+def import_statements(path: Path, root: Path) -> list[tuple[str, list[str]]]:
+    """Each import of the file at `path`: the absolute dotted module, and the names taken from it (none for
+    `import x.y`)."""
     name = module_name(path, root)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found: set[str] = set()
+    found: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".") if node.level \
                 else node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.append((base, [alias.name for alias in node.names]))
+    return found
+
+
+def imports_of(path: Path, root: Path) -> set[str]:
+    """The modules (and names, which may be modules) that the file at `path` imports, as absolute dotted names."""
+    found: set[str] = set()
+    for base, names in import_statements(path, root):
+        found.add(base)
+        found.update(f"{base}.{name}" for name in names)
     return found
 
 
@@ -127,6 +139,84 @@ def surface_crossings(graph: dict[str, set[str]]) -> list[str]:
 
 def test_envkit_has_no_import_circles() -> None:
     assert circles(import_graph(SOURCE, "envkit")) == []
+
+
+def env_packages(envs: Path) -> list[tuple[Path, str]]:
+    """Each bundled environment's package (`envs/NAME/PACKAGE/__init__.py`), as (its root, its name)."""
+    return [(init.parents[1], init.parent.name) for init in sorted(envs.glob("*/*/__init__.py"))
+            if init.parent.name != "tests"]
+
+
+def env_circles(envs: Path) -> list[list[str]]:
+    return [group for root, package in env_packages(envs) for group in circles(import_graph(root, package))]
+
+
+def test_the_bundled_environments_have_no_import_circles() -> None:
+    assert len(env_packages(ENVS)) >= 4
+    assert env_circles(ENVS) == []
+
+
+#: Packages other layers use through the names their `__init__` exports in `__all__`, and nothing else.
+PUBLISHED = ("sandbox", "capture", "agents", "harbor")
+
+
+def exported(root: Path, package: str) -> set[str]:
+    """The names in `envkit/<package>/__init__.py`'s `__all__`."""
+    tree = ast.parse((root / "envkit" / package / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "__all__" for target in node.targets):
+            return {element.value for element in node.value.elts}  # type: ignore[attr-defined]
+    return set()
+
+
+def private_imports(root: Path, others: list[tuple[Path, str]] = []) -> list[str]:
+    """Imports that take from a `PUBLISHED` package, from outside it, a module of its own or a name its `__all__`
+    lacks: in `envkit` (under `root`) and in the packages `others` ((root, name) pairs, e.g. the bundled
+    environments)."""
+    published = {package: exported(root, package) for package in PUBLISHED if (root / "envkit" / package).is_dir()}
+    trees = [(root, "envkit"), *others]
+    wrong = []
+    for tree_root, top in trees:
+        for path in sorted((tree_root / top).rglob("*.py")):
+            name = module_name(path, tree_root)
+            for base, names in import_statements(path, tree_root):
+                parts = base.split(".")
+                if parts[0] != "envkit" or len(parts) < 2 or parts[1] not in published:
+                    continue
+                if name == f"envkit.{parts[1]}" or name.startswith(f"envkit.{parts[1]}."):
+                    continue   # the package's own modules
+                if len(parts) > 2:
+                    wrong.append(f"{name} imports {base}")
+                else:
+                    wrong.extend(f"{name} imports {base}.{taken}" for taken in names
+                                 if taken not in published[parts[1]])
+    return wrong
+
+
+def test_layers_use_each_others_exported_names_only() -> None:
+    assert private_imports(SOURCE, env_packages(ENVS)) == []
+
+
+def test_a_planted_private_import_and_a_planted_circle_in_an_environment_are_found(tmp_path: Path) -> None:
+    """The checks on a small tree: a name `__all__` lacks, a module of a published package and a function-level
+    import of one are found across packages (not inside the package itself), and a circle in a bundled
+    environment's package."""
+    root = planted_tree(tmp_path / "src", {
+        "__init__.py": "", "sandbox/__init__.py": "from .base import CHANNEL, Sandbox\n__all__ = ['Sandbox']\n",
+        "sandbox/base.py": "", "sandbox/docker.py": "from .base import CHANNEL\nfrom . import Sandbox\n",
+        "agents/__init__.py": "__all__ = []\n",
+        "agents/run.py": "from ..sandbox import CHANNEL, Sandbox\ndef late():\n    from envkit.sandbox.docker import x\n",
+    })
+    envs = tmp_path / "envs"
+    for name, text in {"demo/demo_env/__init__.py": "", "demo/demo_env/problems.py": "from .catalog import x\n",
+                       "demo/demo_env/catalog.py": "from .problems import y\n", "demo/tests/__init__.py": ""}.items():
+        (envs / name).parent.mkdir(parents=True, exist_ok=True)
+        (envs / name).write_text(text)
+    (envs / "demo" / "demo_env" / "environment.py").write_text("from envkit.sandbox.base import CHANNEL\n")
+    assert private_imports(root, env_packages(envs)) == [
+        "envkit.agents.run imports envkit.sandbox.CHANNEL", "envkit.agents.run imports envkit.sandbox.docker",
+        "demo_env.environment imports envkit.sandbox.base"]
+    assert env_circles(envs) == [["demo_env.catalog", "demo_env.problems"]]
 
 
 def test_every_module_belongs_to_a_known_layer() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from conftest import subprocess_env
-from sandbox_helpers import BACKENDS, require
+from sandbox_helpers import BACKENDS, require, sandbox_processes, wait_until
 
 from envkit.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPathError, open_sandbox
 
@@ -112,7 +113,7 @@ def test_close_ends_a_running_command_at_once() -> None:
 
     runner = threading.Thread(target=run)
     runner.start()
-    time.sleep(1)
+    wait_until(lambda: any("sleep 60" in line for line in sandbox_processes(os.getpid())), "the command to start")
     start = time.monotonic()
     sandbox.close()
     runner.join(30)

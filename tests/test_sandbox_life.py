@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import subprocess_env
 from sandbox_env import SandboxEnvironment, ShellAction, ShellObservation
-from sandbox_helpers import BACKENDS, leftovers, require
+from sandbox_helpers import BACKENDS, leftovers, require, wait_until
 
 from envkit import EnvClient, SessionLostError
 from envkit.app import create_app
@@ -58,7 +58,7 @@ def test_close_idle_reap_and_shutdown_end_the_sandbox(backend: str) -> None:
 
         with EnvClient(url).sync() as env:
             busy(env)
-            time.sleep(7)                             # the idle timeout is 5 s
+            wait_until(lambda: leftovers()["processes"] == 0, "the idle session to be reaped (its timeout is 5 s)")
             with pytest.raises(SessionLostError):
                 env.call("run", command="true")
             assert settled() == NOTHING, "after idle reap"
@@ -78,8 +78,7 @@ def test_churned_sandboxes_leave_nothing(backend: str) -> None:
 def test_warm_pool_ends_with_close_pools(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "2")
     open_sandbox().close()
-    time.sleep(1)
-    assert leftovers()["processes"] > 0
+    wait_until(lambda: leftovers()["processes"] > 0, "the warm pool to start a sandbox")
     close_pools()
     assert settled() == NOTHING
 

@@ -1,10 +1,8 @@
 """`envkit train --agent`: loop-owning agents in sandboxes, their model calls captured from the policy being trained.
 
-Offline, on CPU, with the tiny model built here. The end-to-end runs need `envkit.capture` (the capture proxy) and
-`envkit.agents` (`run_agent`, the reference agent) and skip, saying so, only while those are missing. `NoteTask` is
-a small environment of this file that offers what an agent runs in: a local sandbox with the proxy's channel
-(`agent_sandbox`), a task (`agent_instruction`), and a verifier (`finish_episode`: 1.0 when the agent left a note
-in its work folder).
+Offline, on CPU, with the tiny model built here. `NoteTask` is a small environment of this file that offers what an
+agent runs in: a local sandbox with the proxy's channel (`agent_sandbox`), a task (`agent_instruction`), and a
+verifier (`finish_episode`: 1.0 when the agent left a note in its work folder).
 """
 
 from __future__ import annotations
@@ -20,11 +18,8 @@ import pytest
 
 from envkit import Action, Environment, Observation, State, tool
 from envkit.errors import ConfigurationError
-from envkit.train.agent_runs import AgentOutcome, outcome_of
+from envkit.train.captured import AgentOutcome, outcome_of
 from envkit.train.settings import TrainSettings
-
-PARTS = [name for name in ("envkit.capture", "envkit.agents") if importlib.util.find_spec(name) is None]
-needs_parts = pytest.mark.skipif(bool(PARTS), reason=f"{' and '.join(PARTS)} missing from this envkit")
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +68,7 @@ class NoteTask(Environment[NoteAction, NoteObservation, State]):
         from envkit.sandbox import open_sandbox
 
         if self.sandbox is None:
-            self.sandbox = open_sandbox("local", channel_dir=channel_dir)
+            self.sandbox = open_sandbox("local", channel_dir=channel_dir or True)
             type(self).opened.append(self.sandbox)
         return self.sandbox
 
@@ -223,15 +218,14 @@ def _policy_moves_the_engine(tmp_path: Path, make_engine: Any) -> tuple[list[flo
     return before, measured()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("envkit.capture") is None, reason="envkit.capture missing")
 def test_the_agents_engine_samples_from_the_policy_being_trained(tmp_path: Path) -> None:
     """After one GRPO step, the engine `envkit train --agent` gives the proxy scores a fixed captured completion
     differently: the agents talk to the current policy. The same check on an engine holding a copy of the model
     (the broken wiring) sees no change."""
     from envkit.capture import TransformersEngine
-    from envkit.train.agent_runs import policy_engine
+    from envkit.train.agent_rollouts import policy_engine
 
-    before, after = _policy_moves_the_engine(tmp_path / "live", policy_engine)
+    before, after = _policy_moves_the_engine(tmp_path / "live", lambda trainer: policy_engine(trainer)[0])
     assert all(abs(a - b) > 1e-3 for a, b in zip(before, after, strict=True)), (before, after)
     copied = _policy_moves_the_engine(
         tmp_path / "copy", lambda trainer: TransformersEngine(_copy_of(trainer.model), trainer.processing_class))
@@ -258,7 +252,6 @@ def _validated_by_openenv(openenv_python: str, path: Path) -> list[str]:
     return json.loads(done.stdout)
 
 
-@needs_parts
 def test_train_agent_end_to_end(tmp_path: Path, openenv_python: str) -> None:
     """`envkit train --agent reference` on NoteTask, 2 steps of 4 rollouts, with --rollout-reward: every rollout's
     trace is in traces.jsonl, accepted line by line by OpenEnv's TrainingTrace, with token ids, log-probabilities and
@@ -293,7 +286,6 @@ def test_train_agent_end_to_end(tmp_path: Path, openenv_python: str) -> None:
 @pytest.mark.parametrize("vllm_mode", ["none", pytest.param("colocate", marks=[pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here (.ci/run's .venv-vllm has it)"),
     pytest.mark.timeout(900)])])
-@needs_parts
 def test_a_loop_owning_agent_learns(vllm_mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-call agent of this file (`NOTE_AGENT`, a shell command) writes the model's reply as a note scored by its
     length (LongNoteTask: 0.01 a character, at most 2.0); 8 steps of 8 rollouts at learning rate 1e-3, seed 0,

@@ -152,7 +152,7 @@ def test_grpo_trains_on_the_captured_rows_as_they_are(tiny: Any, tmp_path: Path)
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from envkit.train.captured import Rollout, captured_rollout_func, harness_reward
+    from envkit.train.captured import AgentOutcome, Rollout, captured_rollout_func, harness_reward
     from envkit.train.rollouts import GRPOTrainer
 
     model, tokenizer, rows = tiny
@@ -164,7 +164,7 @@ def test_grpo_trains_on_the_captured_rows_as_they_are(tiny: Any, tmp_path: Path)
         for index, prompt in enumerate(prompts):
             trace = captured(trainer.model, tokenizer, {"prompt": prompt}, turns=2)
             reward = None if index == 0 else float(len(trace["turns"][-1]["completion_token_ids"]))
-            batch.append(Rollout(trace, reward, tool_calls=2, tool_failures=index % 2))
+            batch.append(Rollout(trace, reward, AgentOutcome(reward, [], [], 2, index % 2, {}, False)))
         made.append(batch)
         return batch
 

@@ -3,8 +3,8 @@
 The factory must pickle (the worker runs in a child process) and meet the worker's contract. The collection test
 runs TRL's harness rollout loop (`harness_worker_probe.py`, in a venv with openenv 0.10 beside TRL) against
 `vllm serve` of the tiny model on vLLM's CPU build: each rollout an agent (the reference one) in NoteTask's
-sandbox, its calls captured through `OpenAIEngine`. It runs where vLLM is installed (`.ci/run`'s `.venv-vllm`) and
-`envkit.capture` and `envkit.agents` are present; skipped, with the reason, elsewhere. TRL's trainer side
+sandbox, its calls captured through `OpenAIEngine`. It runs where vLLM is installed (`.ci/run`'s `.venv-vllm`);
+skipped, with the reason, elsewhere. TRL's trainer side
 (AsyncGRPOTrainer: a `tree_fa3` CUDA kernel, weights over NCCL) needs a GPU and is not run.
 """
 
@@ -24,7 +24,7 @@ from conftest import TESTS_DIR, chat_server_process, subprocess_env, third_party
 from envkit.testing import free_port
 from envkit.train.harness import AgentSessionFactory, AgentSessions
 
-MISSING = [name for name in ("vllm", "envkit.capture", "envkit.agents") if importlib.util.find_spec(name) is None]
+NO_VLLM = importlib.util.find_spec("vllm") is None
 
 
 def test_the_factory_pickles_and_makes_sessions_factories() -> None:
@@ -38,7 +38,7 @@ def test_the_factory_pickles_and_makes_sessions_factories() -> None:
     assert sessions.env_class.__name__ == "NoteTask"
 
 
-@pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing here (vLLM: .ci/run's .venv-vllm)")
+@pytest.mark.skipif(NO_VLLM, reason="vllm missing here (.ci/run's .venv-vllm has it)")
 @pytest.mark.timeout(900)
 def test_trls_harness_worker_collects_agent_rollouts_from_vllm_serve(tmp_path: Path) -> None:
     from envkit.app.targets import app_from_environment, resolve_target

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import random
-import uuid
-
 from envkit import Environment, Metric, tool
-from envkit.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, clip, open_sandbox
+from envkit.sandbox import Sandbox, SandboxEpisode, SandboxLimits, SandboxPathError, open_sandbox
 
 from .grading import SOLUTION, Verdict, grade, run_examples
 from .models import CodingAction, CodingObservation, CodingState, Kind
-from .problems import Problem, humaneval_ids, problem
+from .catalog import problem
+from .problems import Problem, humaneval_ids
 from .train_problems import train_ids
 
 __all__ = ["CodingEnvironment", "LIMITS", "AGENT_LIMITS"]
@@ -24,8 +21,6 @@ AGENT_LIMITS = SandboxLimits(wall_s=600.0, cpu_s=300.0, memory_mb=1024, processe
 #: Seconds one hidden test may run, and the whole grading run.
 TEST_TIMEOUT_S = 5.0
 GRADE_TIMEOUT_S = 30.0
-#: Characters of a command's output the agent reads (the start and the end of longer output).
-SHOWN_CHARS = 4000
 #: Characters of code run_python takes (it travels as one command-line argument); longer code goes in a file.
 MAX_CODE_CHARS = 100_000
 AGENT_INSTRUCTIONS = (f"Write the Python function below in {SOLUTION} in your work folder (it holds the signature "
@@ -36,7 +31,7 @@ INSTRUCTIONS = (f"Write the Python function below in {SOLUTION} in your work fol
                 "to experiment, and submit when it is done: hidden tests decide the reward.")
 
 
-class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState]):
+class CodingEnvironment(SandboxEpisode, Environment[CodingAction, CodingObservation, CodingState]):
     """Write a Python function to pass hidden tests; your code runs in a sandbox of this session's own.
 
     `reset(task_id="HumanEval/0")` picks a task (the `test` split is HumanEval's 164 problems, the
@@ -50,6 +45,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    ACTION = CodingAction
     #: Tool calls in an episode; the last one grades whatever solution.py holds, if it is not a submit.
     EPISODE_LENGTH = 8
     REWARD_RANGE = (0.0, 1.0)
@@ -63,12 +59,9 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
     )
 
     def __init__(self) -> None:
-        self._sandbox: Sandbox | None = None
-        self._channel: str | None = None
-        self._problem: Problem | None = None
-        self._episode_id: str | None = None
-        self._calls = self._runs = self._timeouts = 0
+        self._task: Problem | None = None
         self._verdict: Verdict | None = None
+        self._runs = 0
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               task_id: str | None = None) -> CodingObservation:
@@ -80,9 +73,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             task_id: The task, e.g. "HumanEval/0" or "train/rotate_left_2" (see the splits).
         """
         if task_id is None:
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-                raise ValueError(f"seed={seed!r} is not a whole number; give an int or leave it out")
-            task_id = random.Random(seed).choice(train_ids())
+            task_id = self._drawn(seed, train_ids())
         try:
             chosen = problem(task_id) if isinstance(task_id, str) else None
         except KeyError:
@@ -90,35 +81,16 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         if chosen is None:
             raise ValueError(f"task_id={task_id!r} names no task: give one of the splits' task ids, e.g. "
                              "'HumanEval/0' (test) or 'train/rotate_left_2' (train)")
-        self._close_sandbox()
-        self._problem, self._verdict = chosen, None
-        self._episode_id = episode_id or uuid.uuid4().hex
-        self._calls = self._runs = self._timeouts = 0
+        self._begin(chosen, episode_id)
+        self._runs = 0
         return CodingObservation(task_id=chosen.task_id, prompt=chosen.prompt, output=INSTRUCTIONS,
                                  calls_left=self.EPISODE_LENGTH, reward=None)
-
-    def step(self, action: CodingAction) -> CodingObservation:
-        """Make one move; the episode ends at submit or after `EPISODE_LENGTH` moves."""
-        if not isinstance(action, CodingAction):
-            raise TypeError("step() takes a CodingAction, e.g. CodingAction(kind='submit'); "
-                            f"got {type(action).__name__}")
-        problem_ = self._require_problem()
-        if self._verdict is not None:
-            raise ValueError("the episode is over (its solution was graded); call reset() to start another")
-        self._calls += 1
-        if action.kind == "submit":
-            return self._graded("Submitted.")
-        output = self._move(action.kind, action)
-        if self._calls >= self.EPISODE_LENGTH:
-            return self._graded(f"{output}\n\nThat was the last tool call of the episode, so {SOLUTION} was graded.")
-        return CodingObservation(task_id=problem_.task_id, output=output, calls_left=self.EPISODE_LENGTH - self._calls,
-                                 reward=0.0)
 
     @property
     def state(self) -> CodingState:
         verdict = self._verdict
         return CodingState(episode_id=self._episode_id, step_count=self._calls,
-                           task_id=self._problem.task_id if self._problem else None, calls=self._calls,
+                           task_id=self._task.task_id if self._task else None, calls=self._calls,
                            runs=self._runs, timeouts=self._timeouts, submitted=verdict is not None,
                            done=verdict is not None, tests_passed=verdict.passed if verdict else None,
                            tests_total=verdict.total if verdict else None)
@@ -127,42 +99,13 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         """Solved (1 or 0), the share of hidden tests passed (0 before grading), runs and timeouts."""
         verdict = self._verdict
         return {"solved": int(verdict is not None and verdict.passed == verdict.total),
-                "tests_passed": verdict.share if verdict else 0.0, "runs": self._runs, "timeouts": self._timeouts}
+                "tests_passed": verdict.reward if verdict else 0.0, "runs": self._runs, "timeouts": self._timeouts}
 
-    def close(self) -> None:
-        """End the sandbox and everything running in it."""
-        self._close_sandbox()
-
-    # -- loop-owning agents
-
-    def agent_sandbox(self, channel_dir: str | None = None) -> Sandbox:
-        """The episode's sandbox for a loop-owning agent, opened now (with `AGENT_LIMITS`) if it is not yet: its
-        work folder holds solution.py, and its `channel_dir` is the host folder where the agent's model server
-        listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a folder of the
-        session's own, removed with the sandbox. The session's tool calls run in the same sandbox."""
-        if self._sandbox is not None and self._sandbox.channel_dir is None:
-            raise ValueError("this episode's sandbox was opened by a tool call, without a channel for an agent: "
-                             "call agent_sandbox() right after reset()")
-        if self._sandbox is not None and channel_dir is not None \
-                and self._sandbox.channel_dir != os.path.realpath(channel_dir):
-            raise ValueError(f"this episode's sandbox already has the channel folder {self._sandbox.channel_dir}; "
-                             "call agent_sandbox() again without channel_dir, or reset() first")
-        if self._sandbox is None:
-            self._start_sandbox(AGENT_LIMITS, channel_dir or True)
-        assert self._sandbox is not None
-        return self._sandbox
+    # -- loop-owning agents (`agent_sandbox` and `finish_episode` are `SandboxEpisode`'s)
 
     def agent_instruction(self) -> str:
         """The task as a loop-owning agent reads it: what to do, then the function's signature and docstring."""
-        return f"{AGENT_INSTRUCTIONS}\n\n{self._require_problem().prompt}"
-
-    def finish_episode(self) -> float:
-        """Grade solution.py with the hidden tests, end the episode and return the reward (the share passed);
-        again after that, the same reward."""
-        if self._verdict is None:
-            self._graded("Finished.")
-        assert self._verdict is not None
-        return self._verdict.share
+        return f"{AGENT_INSTRUCTIONS}\n\n{self._require_task().prompt}"
 
     # -- tools
 
@@ -206,8 +149,22 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
     # -- moves
 
-    def _move(self, kind: Kind, action: CodingAction) -> str:
-        sandbox = self._open_sandbox()
+    def _open(self, channel_dir: str | bool | None) -> Sandbox:
+        """The episode's sandbox (`AGENT_LIMITS` for an agent's, with a channel folder), solution.py in it."""
+        sandbox = open_sandbox(limits=LIMITS if channel_dir is None else AGENT_LIMITS, channel_dir=channel_dir)
+        sandbox.write_file(SOLUTION, self._require_task().prompt)
+        return sandbox
+
+    def _move(self, action: CodingAction) -> CodingObservation:
+        """One move; the episode's last one grades solution.py as it stands."""
+        output = self._moved(action.kind, action)
+        if self._calls >= self.EPISODE_LENGTH:
+            return self._grade(f"{output}\n\nThat was the last tool call of the episode, so {SOLUTION} was graded.")
+        return CodingObservation(task_id=self._require_task().task_id, output=output,
+                                 calls_left=self.EPISODE_LENGTH - self._calls, reward=0.0)
+
+    def _moved(self, kind: Kind, action: CodingAction) -> str:
+        sandbox = self._session_sandbox()
         if kind == "write_file":
             try:
                 sandbox.write_file(action.path, action.content)
@@ -216,7 +173,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             return f"wrote {len(action.content.encode())} bytes to {action.path}"
         self._runs += 1
         if kind == "run_examples":
-            report, timed_out = run_examples(sandbox, self._require_problem(), timeout_s=LIMITS.wall_s)
+            report, timed_out = run_examples(sandbox, self._require_task(), timeout_s=sandbox.limits.wall_s)
             self._timeouts += timed_out
             return report
         if kind == "run_command":
@@ -228,47 +185,14 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
                     "Write longer code to a file with write_file and run it with run_command")
         return self._shown(sandbox.run(["python3", "-c", action.code]))
 
-    def _shown(self, result: RunResult) -> str:
-        self._timeouts += result.timed_out
-        parts = [clip(result.stdout, SHOWN_CHARS), clip(result.stderr, SHOWN_CHARS)]
-        text = "\n".join(part for part in parts if part)
-        if result.timed_out:
-            ending = f"stopped after {LIMITS.wall_s:g} s (the time limit of a command)"
-        else:
-            ending = f"exit code {result.exit_code}"
-        if result.truncated:
-            ending += f"; output cut at {LIMITS.output_bytes} bytes"
-        return f"{text}\n[{ending}]" if text else f"[no output; {ending}]"
-
-    def _graded(self, heading: str) -> CodingObservation:
-        problem_ = self._require_problem()
-        verdict = grade(self._open_sandbox(), problem_, timeout_s=GRADE_TIMEOUT_S, test_timeout_s=TEST_TIMEOUT_S)
+    def _grade(self, heading: str) -> CodingObservation:
+        problem_ = self._require_task()
+        verdict = grade(self._session_sandbox(), problem_, timeout_s=GRADE_TIMEOUT_S, test_timeout_s=TEST_TIMEOUT_S)
         self._verdict = verdict
         self._timeouts += verdict.timeouts
-        lines = [f"{heading} {verdict.passed} of {verdict.total} hidden tests passed; reward {verdict.share:.3f}."]
+        lines = [f"{heading} {verdict.passed} of {verdict.total} hidden tests passed; reward {verdict.reward:.3f}."]
         if verdict.error:
             lines.append(verdict.error)
         lines.extend(verdict.messages)
         return CodingObservation(task_id=problem_.task_id, output="\n".join(lines), tests_passed=verdict.passed,
-                                 tests_total=verdict.total, calls_left=0, reward=verdict.share, done=True)
-
-    def _open_sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            self._start_sandbox(LIMITS, None)
-        assert self._sandbox is not None
-        return self._sandbox
-
-    def _start_sandbox(self, limits: SandboxLimits, channel_dir: str | bool | None) -> None:
-        sandbox = open_sandbox(limits=limits, channel_dir=channel_dir)
-        sandbox.write_file(SOLUTION, self._require_problem().prompt)
-        self._sandbox = sandbox
-
-    def _close_sandbox(self) -> None:
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
-            sandbox.close()
-
-    def _require_problem(self) -> Problem:
-        if self._problem is None:
-            raise ValueError("no task yet: call reset() first (e.g. reset(task_id='HumanEval/0'))")
-        return self._problem
+                                 tests_total=verdict.total, calls_left=0, reward=verdict.reward, done=True)

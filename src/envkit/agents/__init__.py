@@ -9,6 +9,7 @@
 the sandbox has what it needs (see docs/agents.md).
 """
 
+from .episode import TASK_VARIABLE, AgentEnvironment, AgentEpisode
 from .run import reference_command, run_agent
 
-__all__ = ["run_agent", "reference_command"]
+__all__ = ["run_agent", "reference_command", "AgentEnvironment", "AgentEpisode", "TASK_VARIABLE"]

@@ -16,8 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from ..sandbox import RunResult, Sandbox, SandboxError
-from ..sandbox.base import CHANNEL
+from ..sandbox import CHANNEL, RunResult, Sandbox, SandboxError
 
 __all__ = ["run_agent", "reference_command", "install", "PORT", "SOCKET_NAME", "INSIDE"]
 

@@ -19,8 +19,9 @@ from .openai_engine import OpenAIEngine
 from .proxy import CaptureProxy
 from .records import Call
 from .session import CaptureSession
-from .trace import training_trace, write_traces
+from .trace import SCHEMA_VERSION, training_trace, write_traces
 from .transformers_engine import TransformersEngine
 
 __all__ = ["CaptureProxy", "CaptureSession", "Call", "Sampling", "Engine", "EngineError", "Generation",
-           "GenerationRequest", "TransformersEngine", "OpenAIEngine", "write_traces", "training_trace"]
+           "GenerationRequest", "TransformersEngine", "OpenAIEngine", "write_traces", "training_trace",
+           "SCHEMA_VERSION"]

@@ -30,13 +30,12 @@ class CaptureProxy:
     """An OpenAI-compatible endpoint that records every call it serves from `engine`.
 
     `port`: the 127.0.0.1 port (0: a free one; None: no TCP listener); `unix_socket`: a socket path to listen on
-    as well. `batch_window_s` and `max_batch`: how long a call waits for others to share its engine batch, and
-    the largest batch. Use as a context manager, or `start()` and `close()`."""
+    as well (`add_listener` adds more, as it does to a proxy started with neither). `batch_window_s` and `max_batch`:
+    how long a call waits for others to share its engine batch, and the largest batch. Use as a context manager, or
+    `start()` and `close()`."""
 
     def __init__(self, engine: Engine, *, unix_socket: str | os.PathLike[str] | None = None,
                  port: int | None = 0, batch_window_s: float = 0.005, max_batch: int = 64) -> None:
-        if port is None and unix_socket is None:
-            raise ValueError("CaptureProxy needs somewhere to listen: a port (0 for a free one) or a unix_socket")
         self.routes = CaptureRoutes(engine, batch_window_s=batch_window_s, max_batch=max_batch)
         self.engine = engine
         self.port = port

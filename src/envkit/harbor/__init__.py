@@ -7,8 +7,8 @@ See docs/harbor.md.
 """
 
 from .environment import HarborAction, HarborEnvironment, HarborObservation, HarborState, harbor_environment
-from .images import ImageBuildError
+from .images import ImageBuildError, task_image
 from .tasks import HarborTask, HarborTaskError, find_tasks, is_task_collection, load_task
 
-__all__ = ["HarborTask", "HarborTaskError", "ImageBuildError", "load_task", "find_tasks", "is_task_collection",
+__all__ = ["HarborTask", "HarborTaskError", "ImageBuildError", "task_image", "load_task", "find_tasks", "is_task_collection",
            "harbor_environment", "HarborEnvironment", "HarborAction", "HarborObservation", "HarborState"]

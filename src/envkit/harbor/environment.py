@@ -8,11 +8,9 @@ the task's tests and ends the episode with their reward.
 
 from __future__ import annotations
 
-import os
-import random
+import json
 import re
 import shlex
-import uuid
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -21,9 +19,10 @@ from pydantic import Field
 from ..environment import Action, Environment, Observation, State
 from ..episode_metrics import Metric
 from ..tools import tool
-from ..sandbox import RunResult, SandboxPathError, clip
-from .container import TaskContainer, open_task_container
-from .rollout import RolloutRequest, capabilities, rollout, task_refs
+from ..core.task_refs import split_name, task_refs
+from ..sandbox import Sandbox, SandboxEpisode, SandboxPathError, clip
+from .container import open_task_container
+from .rollout import RolloutRequest, capabilities, rollout
 from .tasks import HarborTask, find_tasks
 from .verifier import Verdict, verify
 
@@ -32,8 +31,6 @@ __all__ = ["HarborEnvironment", "HarborAction", "HarborObservation", "HarborStat
 
 #: Tool calls in an episode; the last one runs the tests, if it is not a submit.
 MAX_CALLS = 64
-#: Characters of a command's output the agent reads (the start and the end of longer output).
-SHOWN_CHARS = 8000
 #: Leading lines of instruction.md that Harbor drops (canary strings).
 CANARY = re.compile(r"^\s*(<!--.*canary.*-->|#.*canary.*)\s*$", re.IGNORECASE)
 
@@ -73,10 +70,16 @@ class HarborState(State):
     reward: float | None = None
 
 
-class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState]):
-    """Harbor tasks, each session in a container of its task's image. Subclassed per folder (`harbor_environment`)."""
+class HarborEnvironment(SandboxEpisode, Environment[HarborAction, HarborObservation, HarborState]):
+    """Harbor tasks, each session in a container of its task's image. Subclassed per folder (`harbor_environment`).
+
+    A loop-owning agent plays an episode in the container itself (`SandboxEpisode`'s agent contract): right after
+    reset, `agent_sandbox()` replaces the container reset started with one that has a channel folder at
+    /run/envkit; `agent_instruction()` is the task's instruction and `finish_episode()` runs the tests."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    ACTION = HarborAction
+    SHOWN_CHARS = 8000
     METRICS = (
         Metric("solved", "solved", "count", success=True, description="the tests gave the full reward (1)"),
         Metric("commands", "commands", "mean", description="shell commands run in the episode"),
@@ -88,12 +91,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     BY_NAME: ClassVar[dict[str, HarborTask]] = {}
 
     def __init__(self) -> None:
-        self._box: TaskContainer | None = None
         self._task: HarborTask | None = None
-        self._episode_id: str | None = None
-        self._calls = self._commands = self._timeouts = 0
-        self._agent_s = 0.0
         self._verdict: Verdict | None = None
+        self._commands = 0
+        self._agent_s = 0.0
 
     @classmethod
     def task_instruction(cls, task: dict[str, Any]) -> str:
@@ -111,39 +112,16 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             task_id: The task's name (its folder's name, or task.toml's [task].name).
         """
         if task_id is None:
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-                raise ValueError(f"seed={seed!r} is not a whole number; give an int or leave it out")
             pool = self.tasks("train") if "train" in self.splits() else [t for s in self.splits() for t in self.tasks(s)]
-            task_id = random.Random(seed).choice(pool)["task_id"]
+            task_id = self._drawn(seed, [task["task_id"] for task in pool])
         task = self.BY_NAME.get(task_id) if isinstance(task_id, str) else None
         if task is None:
             known = ", ".join(sorted(self.BY_NAME)[:8])
             raise ValueError(f"task_id={task_id!r} names no task of {self.ROOT}; its tasks include {known}")
-        self._close_box()
-        self._task, self._verdict = task, None
-        self._episode_id = episode_id or uuid.uuid4().hex
-        self._calls = self._commands = self._timeouts = 0
-        self._agent_s = 0.0
-        self._box = open_task_container(task)
+        self._begin(task, episode_id)
+        self._commands, self._agent_s = 0, 0.0
+        self._session_sandbox()
         return HarborObservation(task_id=task.name, instruction=instruction_text(task), reward=None)
-
-    def step(self, action: HarborAction) -> HarborObservation:
-        """Make one move; the episode ends at submit, when the agent's time is used up, or after `MAX_CALLS`."""
-        if not isinstance(action, HarborAction):
-            raise TypeError(f"step() takes a HarborAction, e.g. HarborAction(kind='submit'); got {type(action).__name__}")
-        task = self._require_task()
-        if self._verdict is not None:
-            raise ValueError("the episode is over (its tests ran); call reset() to start another")
-        self._calls += 1
-        if action.kind == "submit":
-            return self._verified("Submitted.")
-        left = task.agent_timeout_s - self._agent_s
-        if left <= 0:
-            return self._verified(f"The agent's time ({task.agent_timeout_s:g} s, [agent].timeout_sec) is used up.")
-        output, exit_code = self._move(action, left)
-        if self._calls >= MAX_CALLS:
-            return self._verified(f"{output}\n\nThat was the episode's last tool call ({MAX_CALLS}); the tests ran.")
-        return HarborObservation(task_id=task.name, output=output, exit_code=exit_code, reward=0.0)
 
     @property
     def state(self) -> HarborState:
@@ -162,43 +140,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             metrics.update({name: value for name, value in verdict.components.items() if name not in metrics})
         return metrics
 
-    def close(self) -> None:
-        """Remove the session's container and everything running in it."""
-        self._close_box()
-
     # -- what a loop-owning agent uses
-
-    def agent_sandbox(self, channel_dir: str | None = None) -> TaskContainer:
-        """The episode's container for a loop-owning agent, with a channel folder at /run/envkit where the agent's
-        model server listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a
-        folder of the session's own, removed with the container. Called right after reset (the container reset
-        took has no channel and is replaced by a fresh one); the session's tool calls run in the same container."""
-        task = self._require_task()
-        box = self._box
-        if box is not None and box.channel_dir is not None:
-            if channel_dir is not None and box.channel_dir != os.path.realpath(channel_dir):
-                raise ValueError(f"this episode's container already has the channel folder {box.channel_dir}; "
-                                 "call agent_sandbox() again without channel_dir, or reset() first")
-            return box
-        if self._calls:
-            raise ValueError("this episode's container has run tool calls, without a channel for an agent: "
-                             "call agent_sandbox() right after reset()")
-        fresh = open_task_container(task, channel_dir or True)
-        if box is not None:
-            box.close()
-        self._box = fresh
-        return fresh
 
     def agent_instruction(self) -> str:
         """The task's instruction, as an agent program is given it."""
         return instruction_text(self._require_task())
-
-    def finish_episode(self) -> float:
-        """Run the tests now, end the episode, and return its reward."""
-        if self._verdict is None:
-            self._verified("Finished.")
-        assert self._verdict is not None
-        return self._verdict.reward
 
     def reward_components(self) -> tuple[dict[str, float], str | None]:
         """The finished episode's reward.json keys (reward.txt's number as `reward`), and why the tests gave no
@@ -259,7 +205,12 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             start: The first index.
             stop: The index after the last.
         """
-        return task_refs(type(self), split, start, stop)
+        env_class = type(self)
+        name = split_name(env_class, split)
+        if name not in env_class.splits():
+            raise ValueError(f"unknown split {split!r}; this server's splits are "
+                             f"{', '.join(map(repr, env_class.splits()))}")
+        return json.dumps(task_refs(env_class, name, start, stop))
 
     # -- tools
 
@@ -299,8 +250,22 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     # -- moves
 
-    def _move(self, action: HarborAction, left: float) -> tuple[str, int | None]:
-        box = self._container()
+    def _open(self, channel_dir: str | bool | None) -> Sandbox:
+        return open_task_container(self._require_task(), channel_dir)
+
+    def _move(self, action: HarborAction) -> HarborObservation:
+        """One move within the agent's time; the episode's last call, or the time used up, runs the tests."""
+        task = self._require_task()
+        left = task.agent_timeout_s - self._agent_s
+        if left <= 0:
+            return self._grade(f"The agent's time ({task.agent_timeout_s:g} s, [agent].timeout_sec) is used up.")
+        output, exit_code = self._moved(action, left)
+        if self._calls >= MAX_CALLS:
+            return self._grade(f"{output}\n\nThat was the episode's last tool call ({MAX_CALLS}); the tests ran.")
+        return HarborObservation(task_id=task.name, output=output, exit_code=exit_code, reward=0.0)
+
+    def _moved(self, action: HarborAction, left: float) -> tuple[str, int | None]:
+        box = self._session_sandbox()
         if action.kind == "run_command":
             if not action.command.strip():
                 return "refused: the command is empty; give a shell command line, e.g. \"ls\"", None
@@ -308,19 +273,18 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             result = box.run(["bash", "-c", action.command], timeout_s=timeout)
             self._commands += 1
             self._agent_s += result.duration_s
-            self._timeouts += result.timed_out
-            return _shown(result, timeout), result.exit_code
+            return self._shown(result, timeout), result.exit_code
         try:
             if action.kind == "write_file":
                 box.write_file(action.path, action.content)
                 return f"wrote {len(action.content.encode())} bytes to {action.path}", None
-            return clip(box.read_file(action.path).decode(errors="replace"), SHOWN_CHARS), None
+            return clip(box.read_file(action.path).decode(errors="replace"), self.SHOWN_CHARS), None
         except SandboxPathError as error:
             return f"refused: {error}", None
 
-    def _verified(self, heading: str) -> HarborObservation:
+    def _grade(self, heading: str) -> HarborObservation:
         task = self._require_task()
-        verdict = verify(self._container(), task)
+        verdict = verify(self._session_sandbox(), task)
         self._verdict = verdict
         self._timeouts += verdict.timed_out
         parts = [f"{heading} The tests ran: reward {verdict.reward:g}."]
@@ -331,21 +295,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         return HarborObservation(task_id=task.name, output="\n".join(parts), reward=verdict.reward, done=True,
                                  reward_components=dict(verdict.components))
 
-    def _container(self) -> TaskContainer:
-        self._require_task()
-        assert self._box is not None
-        return self._box
-
-    def _close_box(self) -> None:
-        box, self._box = self._box, None
-        if box is not None:
-            box.close()
-
-    def _require_task(self) -> HarborTask:
-        if self._task is None:
-            raise ValueError("no task yet: call reset() first (e.g. reset(task_id=...) with a name from the splits)")
-        return self._task
-
 
 def instruction_text(task: HarborTask) -> str:
     """instruction.md without the canary lines (and the blank lines after them) that Harbor drops."""
@@ -355,15 +304,6 @@ def instruction_text(task: HarborTask) -> str:
         while lines and not lines[0].strip():
             lines.pop(0)
     return "\n".join(lines).strip() + "\n"
-
-
-def _shown(result: RunResult, timeout: float) -> str:
-    text = "\n".join(part for part in (clip(result.stdout, SHOWN_CHARS), clip(result.stderr, SHOWN_CHARS))
-                     if part)
-    ending = f"stopped after {timeout:g} s (its time limit)" if result.timed_out else f"exit code {result.exit_code}"
-    if result.truncated:
-        ending += "; output cut"
-    return f"{text}\n[{ending}]" if text else f"[no output; {ending}]"
 
 
 _classes: dict[Path, type[HarborEnvironment]] = {}

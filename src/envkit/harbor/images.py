@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from ..sandbox.docker import docker_facilities
+from ..sandbox import docker_facilities
 from .tasks import HarborTask, HarborTaskError
 
 __all__ = ["ImageBuildError", "task_image", "build_log_dir"]

@@ -23,15 +23,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ..agents import reference_command, run_agent
-from ..agents.run import SOCKET_NAME
+from ..agents import AgentEnvironment, AgentEpisode, reference_command
 from ..capture import CaptureProxy, GenerationRequest, OpenAIEngine, Sampling
-from ..capture.records import Call
-from ..sandbox import SandboxUnavailableError
-from ..sandbox.docker import docker_facilities
+from ..core.task_refs import split_name
+from ..sandbox import SandboxUnavailableError, docker_facilities
 from .tasks import HarborTask
 
-__all__ = ["RolloutRequest", "rollout", "capabilities", "task_refs", "LLM_URL_ENV", "LLM_MODEL_ENV", "HARNESSES"]
+__all__ = ["RolloutRequest", "rollout", "capabilities", "LLM_URL_ENV", "LLM_MODEL_ENV", "HARNESSES"]
 
 #: The engine a rollout uses when the call names none, and its model (default: the one the engine serves).
 LLM_URL_ENV, LLM_MODEL_ENV = "ENVKIT_HARBOR_LLM_URL", "ENVKIT_HARBOR_LLM_MODEL"
@@ -59,19 +57,15 @@ class RolloutFailed(Exception):
     """What stops a rollout before or while it runs; the message is the result's `error`."""
 
 
-class TaskEpisodes(Protocol):
-    """What a rollout uses of a Harbor environment (`HarborEnvironment`)."""
+class TaskEpisodes(AgentEnvironment, Protocol):
+    """What a rollout uses of a Harbor environment (`HarborEnvironment`): the agent contract, its tasks, and the
+    finished episode's reward.json keys."""
 
     BY_NAME: dict[str, HarborTask]
 
     def splits(self) -> list[str]: ...
     def tasks(self, split: str) -> Any: ...
-    def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None) -> Any: ...
-    def agent_sandbox(self, channel_dir: str | None = None) -> Any: ...
-    def agent_instruction(self) -> str: ...
-    def finish_episode(self) -> float: ...
     def reward_components(self) -> tuple[dict[str, float], str | None]: ...
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -136,29 +130,29 @@ def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
     result.fields["param_fixes"] = _notes(request)
     episode_id = uuid.uuid4().hex
     result.fields["trial_name"] = f"{task.name}__{episode_id[:8]}"
-    try:
-        box = result.timed("sandbox_start", lambda: _start(env, task, episode_id))
-        budget = request.agent_step_limit or DEFAULT_CALLS
-        with CaptureProxy(engine, port=None, unix_socket=os.path.join(box.channel_dir, SOCKET_NAME)) as proxy:
-            with proxy.open_session(max_calls=budget, sampling=sampling) as session:
-                result.fields["session_id"] = session.session_id
-                command = reference_command(env.agent_instruction(), max_turns=budget, model=engine.model_name)
-                timeout = request.agent_timeout_sec or task.agent_timeout_s
-                ran = result.timed("agent", lambda: run_agent(box, command, session=session, timeout_s=timeout))
-        result.timed("verify", env.finish_episode)
-        rewards, verifier_error = env.reward_components()
-    finally:
-        if not request.keep_sandbox:
-            env.close()
-    records = session.records
+    budget = request.agent_step_limit or DEFAULT_CALLS
+    timeout = request.agent_timeout_sec or task.agent_timeout_s
+    with CaptureProxy(engine, port=None) as proxy:
+        episode = AgentEpisode(proxy, env, max_calls=budget, sampling=sampling)
+        result.fields["session_id"] = episode.session.session_id
+        try:
+            result.timed("sandbox_start", lambda: episode.start({"task_id": task.name, "episode_id": episode_id}))
+            ran = result.timed("agent", lambda: episode.run(
+                lambda instruction: reference_command(instruction, max_turns=budget, model=engine.model_name),
+                timeout_s=timeout))
+            result.timed("verify", episode.finish)
+            rewards, verifier_error = env.reward_components()
+        finally:
+            episode.close(keep_sandbox=request.keep_sandbox)
+    session = episode.session
+    trace = session.trace()["turns"]
     findings = [f"the agent ran past its {timeout:g} s"] if ran.timed_out else \
         [f"the agent exited with {ran.exit_code}"] if ran.exit_code else []
-    turns = [_turn(index, call) for index, call in enumerate(records)]
-    trainable_tokens = sum(len(call.completion_ids) for call in records)
+    trainable_tokens = sum(len(turn["completion_token_ids"]) for turn in trace)
     result.fields.update(
-        rewards=rewards, turns=turns, conversations=_conversations(records), n_turns=len(records),
-        n_roots=session.roots, multi_turn=len(records) > session.roots, budget_stop_count=session.refused,
-        n_trainable_tokens=trainable_tokens, findings=findings,
+        rewards=rewards, turns=[_turn(turn) for turn in trace], conversations=_conversations(trace),
+        n_turns=len(trace), n_roots=session.roots, multi_turn=len(trace) > session.roots,
+        budget_stop_count=session.refused, n_trainable_tokens=trainable_tokens, findings=findings,
         agent_log_tail=(ran.stdout + ran.stderr)[-LOG_TAIL_CHARS:])
     if verifier_error:
         raise RolloutFailed(f"the task's tests gave no reward: {verifier_error}")
@@ -169,18 +163,11 @@ def _run(env: TaskEpisodes, request: RolloutRequest, result: Result) -> None:
     result.fields["ok"] = True
 
 
-def _start(env: TaskEpisodes, task: HarborTask, episode_id: str) -> Any:
-    """A new episode of `task` on the session, in a container with a channel folder for the agent's model calls."""
-    env.reset(task_id=task.name, episode_id=episode_id)
-    return env.agent_sandbox()
-
-
 def _task(env: TaskEpisodes, split: str, index: int) -> tuple[str, HarborTask]:
     """The split a call names ("" is the first) and its task at `index`, as the Task API resolves them."""
-    splits = env.splits()
-    name = split or (splits[0] if splits else "")
-    if name not in splits:
-        raise RolloutFailed(f"unknown split {split!r}; this server's splits are {', '.join(map(repr, splits))}")
+    name = split_name(type(env), split)
+    if name not in env.splits():
+        raise RolloutFailed(f"unknown split {split!r}; this server's splits are {', '.join(map(repr, env.splits()))}")
     tasks = env.tasks(name)
     if not 0 <= index < len(tasks):
         raise RolloutFailed(f"task_index {index} is out of range: split {name!r} has {len(tasks)} tasks "
@@ -334,19 +321,22 @@ def _pick_reward(rewards: dict[str, float], reward_key: str) -> tuple[float | No
                         "reward_key= to say which one is the training signal.")
 
 
-def _turn(index: int, call: Call) -> dict[str, Any]:
-    """One recorded call as OpenEnv's `HarborTurn`."""
-    message = call.response["choices"][0]["message"]
+#: What a `HarborTurn` takes as it is from a `TrainingTrace` turn.
+TOKEN_FIELDS = ("node_id", "prompt_token_ids", "completion_token_ids", "per_token_logps", "loss_mask")
+
+
+def _turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """One turn of the session's `TrainingTrace` as OpenEnv's `HarborTurn`."""
+    metadata, tools = turn["metadata"], turn["request"].get("tools")
+    choice = turn["response"]["choices"][0]
     calls = [{"name": tool_call["function"]["name"], "arguments": _parsed(tool_call["function"].get("arguments"))}
-             for tool_call in message.get("tool_calls") or ()]
-    return {"turn": index, "role": "agent", "finish_reason": call.response["choices"][0]["finish_reason"],
-            "prompt_token_ids": list(call.prompt_ids), "completion_token_ids": list(call.completion_ids),
-            "per_token_logps": [float(value) for value in call.logprobs],
-            "loss_mask": [0] * len(call.prompt_ids) + [1] * len(call.completion_ids), "node_id": call.node_id,
-            "n_tools": len(call.tools or ()), "discarded": False, "trainable": bool(call.completion_ids),
-            "sampling_params": dict(call.sampling), "requested_sampling_params": dict(call.requested_sampling),
-            "text": message.get("content") or "", "tool_calls": calls, "request_messages": list(call.messages),
-            "request_tools": call.tools}
+             for tool_call in choice["message"].get("tool_calls") or ()]
+    return {"turn": metadata["index"], "role": "agent", "finish_reason": choice["finish_reason"],
+            **{name: turn[name] for name in TOKEN_FIELDS}, "n_tools": len(tools or ()), "discarded": False,
+            "trainable": bool(turn["completion_token_ids"]), "sampling_params": dict(metadata["sampling"]),
+            "requested_sampling_params": dict(metadata["requested_sampling"]),
+            "text": choice["message"].get("content") or "", "tool_calls": calls,
+            "request_messages": list(turn["request"]["messages"]), "request_tools": tools}
 
 
 def _parsed(arguments: Any) -> Any:
@@ -356,14 +346,14 @@ def _parsed(arguments: Any) -> Any:
         return arguments
 
 
-def _conversations(records: list[Call]) -> list[dict[str, Any]]:
+def _conversations(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each chain of calls (a root and what continued it): its last request's messages and the reply."""
-    chains: dict[str, list[Call]] = {}
-    for call in records:
-        chains.setdefault(call.root_id, []).append(call)
-    return [{"root_id": root, "role": "agent", "n_turns": len(calls),
-             "messages": [*calls[-1].messages, calls[-1].response["choices"][0]["message"]]}
-            for root, calls in chains.items()]
+    chains: dict[str, list[dict[str, Any]]] = {}
+    for turn in trace:
+        chains.setdefault(turn["metadata"]["root_id"], []).append(turn)
+    return [{"root_id": root, "role": "agent", "n_turns": len(turns),
+             "messages": [*turns[-1]["request"]["messages"], turns[-1]["response"]["choices"][0]["message"]]}
+            for root, turns in chains.items()]
 
 
 def capabilities(env_class: Any) -> str:
@@ -381,15 +371,3 @@ def capabilities(env_class: Any) -> str:
     llm = {"url": os.environ.get(LLM_URL_ENV, ""), "model": os.environ.get(LLM_MODEL_ENV, "")}
     datasets = [{"name": split, "num_tasks": len(env_class.tasks(split))} for split in env_class.splits()]
     return json.dumps({"harnesses": [harness], "sandboxes": [docker, local], "datasets": datasets, "llm": llm})
-
-
-def task_refs(env_class: Any, split: str, start: int, stop: int) -> str:
-    """OpenEnv's `list_tasks` answer: the `HarborTaskRef`s of `split` ("" the first) from `start` to `stop`."""
-    splits = env_class.splits()
-    name = split or (splits[0] if splits else "")
-    if name not in splits:
-        raise ValueError(f"unknown split {split!r}; this server's splits are {', '.join(map(repr, splits))}")
-    tasks = env_class.tasks(name)
-    return json.dumps([{"index": index, "task_id": tasks[index]["task_id"], "task_name": tasks[index]["task_id"],
-                        "dataset": name, "instruction": env_class.task_instruction(dict(tasks[index])).strip()}
-                       for index in range(len(tasks))[start:stop]])

@@ -182,8 +182,7 @@ def validate_folder(folder: Path) -> Report:
 def validate_tasks(folder: Path) -> Report:
     """Check a folder of Harbor tasks: every task reads, has its oracle's solution, and its image builds; then the
     environment's tools and splits, as for any environment."""
-    from ..harbor import HarborTaskError, find_tasks
-    from ..harbor.images import task_image
+    from ..harbor import HarborTaskError, find_tasks, task_image
     from ..sandbox import SandboxUnavailableError
 
     report = Report(str(folder))

@@ -20,12 +20,15 @@ import shutil
 import tempfile
 from typing import Callable, TypeVar
 
-from .base import (RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
+from .base import (CHANNEL, RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
                    SandboxUnavailableError, clip)
+from .docker import DockerOptions, docker_facilities
+from .episode import SandboxEpisode
 from .pool import close_pools, pool_for
 
 __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
-           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel"]
+           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel",
+           "DockerOptions", "docker_facilities", "CHANNEL", "SandboxEpisode"]
 
 BACKENDS = ("auto", "local", "docker")
 #: The image a docker sandbox runs when none is named.
@@ -33,7 +36,8 @@ DEFAULT_IMAGE = "python:3.11-slim"
 
 
 def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, image: str | None = None,
-                 channel_dir: str | os.PathLike[str] | bool | None = None) -> Sandbox:
+                 channel_dir: str | os.PathLike[str] | bool | None = None, docker: DockerOptions | None = None
+                 ) -> Sandbox:
     """A started sandbox, ready for its first command; close it (or use `with`) when its session ends.
 
     Args:
@@ -44,26 +48,31 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
             sockets the host listens on there (`Sandbox.admit` lets the sandbox connect to one). The folder stays the
             caller's; True makes a fresh one that is the sandbox's own, removed when it closes. A sandbox with a
             channel is started for it, not taken from a warm pool.
+        docker: how the docker backend's container differs from its default (`DockerOptions`); naming them makes
+            "auto" choose docker.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     limits = SandboxLimits() if limits is None else limits
     if not isinstance(limits, SandboxLimits):
         raise ValueError(f"limits must be a SandboxLimits; got {type(limits).__name__}")
-    chosen = _choose(backend, image)
+    if docker is not None and not isinstance(docker, DockerOptions):
+        raise ValueError(f"docker must be a DockerOptions; got {type(docker).__name__}")
+    chosen = _choose(backend, image if docker is None else image or DEFAULT_IMAGE)
     if chosen == "local":
-        if image is not None:
-            raise ValueError("the local backend runs the host's /usr, not an image; leave image out or use docker")
+        if image is not None or docker is not None:
+            raise ValueError("the local backend runs the host's /usr, not an image; leave image and docker out or use "
+                             "docker")
         from .local import LocalSandbox
         if channel_dir is not None:
             return start_with_channel(lambda folder: LocalSandbox(limits, folder), channel_dir)
         return pool_for(("local", limits), lambda: LocalSandbox(limits)).take()
     from .docker import DockerSandbox, docker_facilities
-    image = image or DEFAULT_IMAGE
+    image, options = image or DEFAULT_IMAGE, docker or DockerOptions()
     docker_facilities().check_image(image)
     if channel_dir is not None:
-        return start_with_channel(lambda folder: DockerSandbox(limits, image, folder), channel_dir)
-    return pool_for(("docker", limits, image), lambda: DockerSandbox(limits, image)).take()
+        return start_with_channel(lambda folder: DockerSandbox(limits, image, folder, options), channel_dir)
+    return pool_for(("docker", limits, image, options), lambda: DockerSandbox(limits, image, None, options)).take()
 
 
 SandboxT = TypeVar("SandboxT", bound=Sandbox)

@@ -1,7 +1,8 @@
-"""What every sandbox backend shares: limits, results, errors, and `Sandbox`, which talks to the agent inside.
+"""What every sandbox backend shares: limits, results, errors, and `Sandbox`, which talks to the supervisor inside.
 
-A sandbox is one host process (bubblewrap, or `docker run -i`) whose process 1 inside is `agent.py`; the host writes
-one JSON request a line to its stdin and reads one JSON answer a line from its stdout. Closing stdin ends the agent,
+A sandbox is one host process (bubblewrap, or `docker run -i`) whose process 1 inside is `supervisor.py`; the host
+writes one JSON request a line to its stdin and reads one JSON answer a line from its stdout. Closing stdin ends the
+supervisor,
 and with it every process of the sandbox; so does the server's death, which closes that pipe too.
 """
 
@@ -35,7 +36,7 @@ T = TypeVar("T")
 WORKDIR = "/work"
 #: Where a sandbox opened with a channel folder sees it (read-only): the one way out of a sandbox with no network.
 CHANNEL = "/run/envkit"
-#: Seconds the host waits past a command's own timeout before it gives up on the agent and ends the sandbox.
+#: Seconds the host waits past a command's own timeout before it gives up on the supervisor and ends the sandbox.
 GRACE_S = 5.0
 #: Seconds a new sandbox may take to say it is ready.
 START_TIMEOUT_S = 60.0
@@ -46,7 +47,7 @@ class SandboxError(EnvkitError, RuntimeError):
 
 
 class SandboxLostError(SandboxError, EnvironmentLostError):
-    """The sandbox died or stopped answering (its container was removed, its agent killed): its files are gone.
+    """The sandbox died or stopped answering (its container was removed, its supervisor killed): its files are gone.
     Raised from an environment's tool, it ends the session, whose client gets `SessionLostError`."""
 
 
@@ -92,12 +93,12 @@ class RunResult:
         return self.exit_code == 0 and not self.timed_out
 
 
-#: Memory the agent takes beside the commands', added to a sandbox's memory cgroup.
+#: Memory the supervisor takes beside the commands', added to a sandbox's memory cgroup.
 OVERHEAD_MB = 64
 
 
 def total_memory_mb(limits: SandboxLimits) -> int:
-    """A whole sandbox's memory cgroup: its processes' memory, its two tmpfs (work folder and /tmp), the agent."""
+    """A whole sandbox's memory cgroup: its processes' memory, its two tmpfs (work folder and /tmp), the supervisor."""
     return limits.memory_mb + 2 * limits.disk_mb + OVERHEAD_MB
 
 
@@ -145,13 +146,13 @@ class Uids:
 UIDS = Uids()
 
 
-#: The agent's command line: it reads its own source as the first line of its stdin (a JSON string).
+#: The supervisor's command line: it reads its own source as the first line of its stdin (a JSON string).
 BOOTSTRAP = "import sys, json; exec(json.loads(sys.stdin.buffer.readline()))"
 
 
 @cache
-def agent_source() -> str:
-    return (Path(__file__).parent / "agent.py").read_text()
+def supervisor_source() -> str:
+    return (Path(__file__).parent / "supervisor.py").read_text()
 
 
 @cache
@@ -173,7 +174,7 @@ def share(path: str, uid: int | None, other_bits: int) -> None:
 
 
 def relative_path(path: str) -> str:
-    """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the agent
+    """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the supervisor
     then refuses symlinks that lead out)."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
@@ -194,7 +195,7 @@ class Sandbox:
     backend: ClassVar[str]
     workdir: str = WORKDIR
     #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
-    confined: ClassVar[bool] = True
+    confined: bool = True
 
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         self.limits = limits
@@ -211,7 +212,7 @@ class Sandbox:
     # -- what a backend provides
 
     def _argv(self, agent: list[str]) -> list[str]:
-        """The host command that runs `agent` (the agent's own command line) inside the sandbox."""
+        """The host command that runs `agent` (the supervisor's command line) inside the sandbox."""
         raise NotImplementedError
 
     def _before_exec(self) -> None:
@@ -243,7 +244,7 @@ class Sandbox:
     # -- life
 
     def start(self) -> Sandbox:
-        """Start the sandbox's process; `wait_ready` then waits for the agent's first line."""
+        """Start the sandbox's process; `wait_ready` then waits for the supervisor's first line."""
         options = {"workdir": self.workdir, "confined": self.confined}
         argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
         try:
@@ -252,7 +253,7 @@ class Sandbox:
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=self._before_exec).result()
-            self._process.stdin.write(json.dumps(agent_source()).encode() + b"\n")
+            self._process.stdin.write(json.dumps(supervisor_source()).encode() + b"\n")
             self._process.stdin.flush()
         except BaseException:
             self.close()
@@ -296,7 +297,7 @@ class Sandbox:
         process = self._process
         if process is not None:
             try:
-                process.stdin.close()      # the agent exits on EOF; process 1 gone ends the namespace
+                process.stdin.close()      # the supervisor exits on EOF; process 1 gone ends the namespace
             except OSError:
                 pass
             try:
@@ -309,7 +310,7 @@ class Sandbox:
         self._cleanup()
 
     def _kill(self) -> None:
-        """End the sandbox at once (its agent stopped answering)."""
+        """End the sandbox at once (its supervisor stopped answering)."""
         assert self._process is not None
         try:
             os.killpg(self._process.pid, 9)
@@ -409,7 +410,7 @@ class Sandbox:
         return answer
 
     def _read_answer(self, deadline: float) -> dict[str, Any] | None:
-        """The agent's next line, or None if it ended or said nothing before `deadline`."""
+        """The supervisor's next line, or None if it ended or said nothing before `deadline`."""
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         while b"\n" not in self._pending:

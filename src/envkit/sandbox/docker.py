@@ -1,9 +1,11 @@
-"""The docker backend: each sandbox is a container, its agent the container's process 1, attached by `docker run -i`.
+"""The docker backend: each sandbox is a container, its supervisor the container's process 1, attached by
+`docker run -i`.
 
-The container has no network, a read-only root, `/work` and `/tmp` as tmpfs of `disk_mb`, all capabilities
+By default the container has no network, a read-only root, `/work` and `/tmp` as tmpfs of `disk_mb`, all capabilities
 dropped, no new privileges, a host uid of its own, and memory, CPU and process limits; a channel folder, when given,
-is bound read-only at `/run/envkit`. It is removed when its agent exits: when the session closes its stdin, or when
-the server dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<server pid>`; those of a
+is bound read-only at `/run/envkit`. `DockerOptions` changes that for a container that is its user's whole world
+(a Harbor task's). It is removed when its supervisor exits: when the session closes its stdin, or when the server
+dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<server pid>`; those of a
 server that died are removed when the next one starts.
 """
 
@@ -14,17 +16,17 @@ import logging
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 
-from .base import CHANNEL, UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
+from .base import (CHANNEL, OVERHEAD_MB, UIDS, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, once,
+                   total_memory_mb)
 from .cgroups import _alive
 
-__all__ = ["DockerSandbox", "docker_facilities", "LABEL"]
+__all__ = ["DockerSandbox", "DockerOptions", "docker_facilities", "LABEL"]
 
 logger = logging.getLogger("envkit.sandbox")
 
 LABEL = "envkit.sandbox"
-#: CPUs one container may use.
-CPUS = "1"
 
 
 class DockerFacilities:
@@ -80,31 +82,63 @@ def docker_facilities() -> DockerFacilities:
     return DockerFacilities()
 
 
+@dataclass(frozen=True)
+class DockerOptions:
+    """How a docker sandbox's container differs from the default one (`open_sandbox(..., docker=DockerOptions())`).
+
+    `whole_image`: the container is its user's whole world, as a Harbor task's is: a writable root, the image's own
+    user, `workdir` as the image has it, and file requests that reach any path (else: a read-only root, a host uid
+    of the sandbox's own, a tmpfs work folder at /work, file requests inside it). The rest is added as given:
+    capabilities (after `--cap-drop ALL`), a network (the engine's bridge), CPUs, environment variables and labels.
+    """
+
+    whole_image: bool = False
+    workdir: str = WORKDIR
+    capabilities: tuple[str, ...] = ()
+    network: bool = False
+    cpus: float = 1.0
+    hostname: str = "sandbox"
+    env: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+
 class DockerSandbox(Sandbox):
-    """A container on the Docker engine."""
+    """A container on the Docker engine, started as `options` say."""
 
     backend = "docker"
 
-    def __init__(self, limits: SandboxLimits, image: str, channel_dir: str | None = None) -> None:
+    def __init__(self, limits: SandboxLimits, image: str, channel_dir: str | None = None,
+                 options: DockerOptions = DockerOptions()) -> None:
         super().__init__(limits, channel_dir)
         self.image = image
+        self.options = options
+        self.workdir = options.workdir
+        self.confined = not options.whole_image
         self._facilities = docker_facilities()
         self.name = self._facilities.new_name()
-        self._uid = UIDS.take()
+        self._uid = None if options.whole_image else UIDS.take()
 
     def _argv(self, agent: list[str]) -> list[str]:
-        disk, memory, uid = self.limits.disk_mb, total_memory_mb(self.limits), self._uid
+        limits, options, uid = self.limits, self.options, self._uid
+        disk = limits.disk_mb
+        # the processes, the tmpfs (/tmp, and /work unless the root is writable) and the supervisor
+        memory = limits.memory_mb + disk + OVERHEAD_MB if options.whole_image else total_memory_mb(limits)
         assert self._facilities.docker is not None
-        channel = [] if self.channel_dir is None else [
-            "--mount", f"type=bind,source={self.channel_dir},target={CHANNEL},readonly"]
-        return [self._facilities.docker, "run", "-i", "--rm", "--pull", "never", "--name", self.name,
-                "--label", f"{LABEL}={os.getpid()}", "--network", "none", "--read-only", "--cap-drop", "ALL",
-                "--security-opt", "no-new-privileges", "--user", f"{uid}:{uid}", "--hostname", "sandbox",
-                "--memory", f"{memory}m", "--memory-swap", f"{memory}m", "--cpus", CPUS,
-                "--pids-limit", str(self.limits.processes + 2), "--log-driver", "none",
-                "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,size={disk}m,uid={uid},gid={uid},mode=0700",
-                "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={disk}m,mode=1777",
-                *channel, "--workdir", WORKDIR, "--env", f"HOME={WORKDIR}", "--env", "LANG=C.UTF-8", self.image, *agent]
+        argv = [self._facilities.docker, "run", "-i", "--rm", "--pull", "never", "--name", self.name,
+                "--label", f"{LABEL}={os.getpid()}", *[f"--label={name}={value}" for name, value in options.labels],
+                "--network", "bridge" if options.network else "none", "--cap-drop", "ALL",
+                *[f"--cap-add={capability}" for capability in options.capabilities],
+                "--security-opt", "no-new-privileges", "--hostname", options.hostname,
+                "--memory", f"{memory}m", "--memory-swap", f"{memory}m", "--cpus", f"{options.cpus:g}",
+                "--pids-limit", str(limits.processes + 2), "--log-driver", "none",
+                "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={disk}m,mode=1777", "--workdir", self.workdir,
+                "--env", "LANG=C.UTF-8", *[f"--env={name}={value}" for name, value in options.env]]
+        if uid is not None:
+            argv += ["--read-only", "--user", f"{uid}:{uid}", "--env", f"HOME={WORKDIR}",
+                     "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,size={disk}m,uid={uid},gid={uid},mode=0700"]
+        if self.channel_dir is not None:
+            argv += ["--mount", f"type=bind,source={self.channel_dir},target={CHANNEL},readonly"]
+        return [*argv, self.image, *agent]
 
     def _kill(self) -> None:
         super()._kill()

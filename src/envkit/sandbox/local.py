@@ -1,4 +1,4 @@
-"""The local backend: each sandbox is a bubblewrap process with the agent as process 1 of fresh namespaces.
+"""The local backend: each sandbox is a bubblewrap process with the supervisor as process 1 of fresh namespaces.
 
 Isolation comes from bubblewrap: new user, pid, network, mount, ipc, uts and cgroup namespaces; no way to make
 further user namespaces; a read-only root with read-only `/usr`; `/proc`, a minimal `/dev`; `/tmp` and the work folder `/work` as

@@ -10,11 +10,8 @@ for exactly these paths, so envkit serves them there whatever the environment's 
     POST /harbor_env/tasks        {"split"}                     → {"tasks": [...], "env_name": "harbor_env"}
 
 A TaskRef is OpenEnv's `HarborTaskRef`: `index`, `task_id`, `task_name`, `dataset` (the split), `instruction`.
-An envkit task is the reset arguments of one episode, so `task_name` is its `task_id` argument where it has one (a
-Harbor task folder's name, a coding task) and `{split}-{index}` otherwise; `task_id` is that same name where the task
-has one, else the reset arguments as compact JSON, which name the task exactly; `instruction` is
-`Environment.task_instruction` (cut at 4,000 characters as OpenEnv cuts it). The split `""` is the first split, as
-OpenEnv's Harbor server has it. Nothing here opens a session or builds an environment.
+`core/task_refs` makes each TaskRef from an envkit task (the reset arguments of one episode). The split `""` is the
+first split, as OpenEnv's Harbor server has it. Nothing here opens a session or builds an environment.
 
 Errors have FastAPI's shape, as OpenEnv's server answers them: a body that is not the request model's (not JSON, a
 field missing or of the wrong type, an unknown field) is 422 `{"detail": [{"type", "loc", "msg", "input"}, ...]}`; an
@@ -32,16 +29,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..core.http_exchange import BodyTooLarge, ClientGone, Exchange, ExchangeEndpoint
 from ..core.served_env import ServedEnv
+from ..core.task_refs import split_name, task_ref, task_refs
 from ..environment import Environment, UnknownSplitError
 
-__all__ = ["HarborTaskApi", "ENV_NAME", "INSTRUCTION_CHARS"]
+__all__ = ["HarborTaskApi", "ENV_NAME"]
 
 logger = logging.getLogger("envkit.server")
 
 #: The environment name OpenEnv's Harbor server and client use in these paths.
 ENV_NAME = "harbor_env"
-#: Instructions longer than this are cut, with "\n…" after, as OpenEnv's Task API cuts `instruction.md`.
-INSTRUCTION_CHARS = 4000
 
 
 class _Request(BaseModel):
@@ -146,44 +142,27 @@ class HarborTaskApi(ExchangeEndpoint):
         except UnknownSplitError:
             raise TaskApiError(400, f"task index {request.index} is out of range: split {split!r} has {_count(tasks)}; "
                                     f"POST /{ENV_NAME}/num_tasks gives the count") from None
-        return {"task": self._reference(split, request.index, task)}
+        return {"task": task_ref(self.env_class, split, request.index, task)}
 
     def task_range(self, request: TaskRangeRequest) -> dict[str, Any]:
-        split, tasks = self._tasks(request.split)
-        indices = range(len(tasks))[request.start:request.stop]
-        return {"tasks": [self._reference(split, index, tasks[index]) for index in indices]}
+        split, _ = self._tasks(request.split)
+        return {"tasks": task_refs(self.env_class, split, request.start, request.stop)}
 
     def tasks(self, request: SplitRequest) -> dict[str, Any]:
-        split, tasks = self._tasks(request.split)
-        return {"tasks": [self._reference(split, index, task) for index, task in enumerate(tasks)],
-                "env_name": ENV_NAME}
+        split, _ = self._tasks(request.split)
+        return {"tasks": task_refs(self.env_class, split), "env_name": ENV_NAME}
 
     # -- helpers ----------------------------------------------------------------------------------
 
     def _tasks(self, split: str) -> tuple[str, Any]:
         """The split a request names ("" is the first) and its tasks; a 400 naming the splits there are."""
-        splits = self.env_class.splits()
-        name = split or (splits[0] if splits else "")
+        name = split_name(self.env_class, split)
         try:
             return name, self.env_class.tasks(name)
         except UnknownSplitError:
-            known = ", ".join(repr(s) for s in splits)
+            known = ", ".join(repr(s) for s in self.env_class.splits())
             raise TaskApiError(400, f"unknown split {split!r}; this server's splits are {known} (GET /{ENV_NAME}/"
                                     "splits lists them)") from None
-
-    def _reference(self, split: str, index: int, task: dict[str, Any]) -> dict[str, Any]:
-        """OpenEnv's `HarborTaskRef` of one task (see the module's docstring for each field)."""
-        name = task.get("task_id")
-        if isinstance(name, str) and name:
-            task_id, task_name = name, name
-        else:
-            task_id = json.dumps(task, sort_keys=True, separators=(",", ":"), default=str)
-            task_name = f"{split}-{index}"
-        instruction = self.env_class.task_instruction(dict(task)).strip()
-        if len(instruction) > INSTRUCTION_CHARS:
-            instruction = instruction[:INSTRUCTION_CHARS] + "\n…"
-        return {"index": index, "task_id": task_id, "task_name": task_name, "dataset": split,
-                "instruction": instruction}
 
 
 def _count(tasks: Any) -> str:

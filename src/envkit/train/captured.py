@@ -2,6 +2,7 @@
 
     from envkit.train.captured import CapturedGRPOTrainer, Rollout, captured_rollout_func, harness_reward
     def collect(prompts, trainer) -> list[Rollout]: ...          # one captured episode per prompt
+    Rollout(trace, reward, outcome_of(trace, reward, timed_out))  # what a rollout holds
     CapturedGRPOTrainer(..., reward_funcs=harness_reward, rollout_func=captured_rollout_func(collect))
 
 Each rollout's trace makes one GRPO row per root (`trace_rows`): the ids and masks as captured. TRL's
@@ -22,7 +23,7 @@ their time limit) and its harness worker's rollout shape (`rollout/turns_mean`, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ from .trace_rows import TraceRow, trace_rows
 
 logger = logging.getLogger("envkit.train")
 
-__all__ = ["Rollout", "CapturedGRPOTrainer", "captured_rollout_func", "harness_reward", "grpo_fields", "REWARD_FIELD"]
+__all__ = ["Rollout", "AgentOutcome", "outcome_of", "CapturedGRPOTrainer", "captured_rollout_func", "harness_reward",
+           "grpo_fields", "REWARD_FIELD"]
 
 #: The extra rollout field holding each rollout's reward, and the reward function that reads it.
 REWARD_FIELD = "harness_reward"
@@ -40,15 +42,69 @@ REWARD_FIELD = "harness_reward"
 OTHER_ROOTS = "envkit_other_roots"
 
 
+#: Words that mark a tool result as a failure when counting the agent's failed tool calls (as TRL's harness counts).
+FAILURE_WORDS = ("error", "failed", "traceback", "exception")
+
+
+@dataclass
+class AgentOutcome:
+    """How an episode went, from its trace: the fields of TRL 1.16's `HarnessRolloutOutcome` (what
+    `--rollout-reward module:fn` receives)."""
+
+    env_reward: float | None
+    completion: list[dict[str, Any]]
+    trace: list[dict[str, Any]]
+    tool_call_count: int
+    tool_failure_count: int
+    tool_calls_by_name: dict[str, int]
+    timed_out: bool
+
+
+def outcome_of(trace: Mapping[str, Any], env_reward: float | None, timed_out: bool) -> AgentOutcome:
+    """The outcome of an episode from its trace: the last request's messages and reply, and the tool calls the
+    model made (by name) and those whose results read as failures."""
+    turns = list(trace.get("turns", ()))
+    entries = [{**{key: value for key, value in turn.items() if key != "node_id"},
+                "metadata": {**turn.get("metadata", {}), "node_id": turn.get("node_id")}} for turn in turns]
+    by_name: dict[str, int] = {}
+    for turn in turns:
+        for call in _reply(turn).get("tool_calls") or ():
+            name = (call.get("function") or call).get("name")
+            if name:
+                by_name[name] = by_name.get(name, 0) + 1
+    messages = list((turns[-1].get("request") or {}).get("messages") or []) if turns else []
+    failures = sum(1 for message in messages if message.get("role") == "tool"
+                   and any(word in str(message.get("content") or "").lower() for word in FAILURE_WORDS))
+    completion = messages + ([{"role": "assistant", "content": _reply(turns[-1]).get("content") or ""}]
+                             if turns else [])
+    return AgentOutcome(env_reward, completion, entries, sum(by_name.values()), failures, by_name, timed_out)
+
+
+def _reply(turn: Mapping[str, Any]) -> dict[str, Any]:
+    choices = (turn.get("response") or {}).get("choices") or [{}]
+    return choices[0].get("message") or {}
+
+
 @dataclass
 class Rollout:
-    """One captured episode: its TrainingTrace (a JSON-able dict), reward (None: unscorable) and tool counts."""
+    """One captured episode: its TrainingTrace (a JSON-able dict), its reward (None: unscorable), and how it went
+    (`outcome`; None for an episode lost before it ran)."""
 
     trace: dict[str, Any]
     reward: float | None
-    tool_calls: int = 0
-    tool_failures: int = 0
-    timed_out: bool = False
+    outcome: AgentOutcome | None = None
+
+    @property
+    def tool_calls(self) -> int:
+        return self.outcome.tool_call_count if self.outcome else 0
+
+    @property
+    def tool_failures(self) -> int:
+        return self.outcome.tool_failure_count if self.outcome else 0
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.outcome and self.outcome.timed_out)
 
 
 def harness_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:

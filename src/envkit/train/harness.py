@@ -8,7 +8,7 @@
 The worker calls `factory(sampling=...)` once (its training policy: temperature, the rest full-vocabulary), then
 `create(prompt, seed=, episode_id=)` per rollout, each on a thread of its own; a session offers
 `wait_for_completion`, `fetch_training_trace` (OpenEnv's `TrainingTrace`) and `verify` (OpenEnv's `VerifyResult`
-with the environment's reward), then `close`. Here a session is one agent episode (`agent_runs.AgentEpisode`):
+with the environment's reward), then `close`. Here a session is one agent episode (`envkit.agents.AgentEpisode`):
 the environment `env` (a bundled name, env folder or module:Class) in this process, its agent in its sandbox,
 every model call through a capture proxy sampling from the vLLM server at `llm_url` (`OpenAIEngine`: `vllm serve`
 returns the token ids and log-probabilities a trace needs). The agent starts at `create` and runs on its own.
@@ -25,7 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .agent_runs import REFERENCE, AgentEpisode, AgentSetup, outcome_of
+from ..agents import AgentEpisode
+from ..capture import CaptureProxy, OpenAIEngine
+from .agent_rollouts import REFERENCE, AgentSetup, episode_reward
+from .captured import outcome_of
 
 __all__ = ["AgentSessionFactory", "AgentSessions", "AgentSession"]
 
@@ -57,15 +60,13 @@ class AgentSessions:
         self.env_class = resolve_target(settings.env).env_class
         self.setup = AgentSetup(command=settings.agent, timeout_s=settings.timeout_s, max_calls=settings.max_calls,
                                 temperature=float(sampling.get("temperature", 1.0)), max_tokens=settings.max_tokens)
-        self._proxy: Any = None
+        self._proxy: CaptureProxy | None = None
         self._lock = threading.Lock()
 
     @property
-    def proxy(self) -> Any:
+    def proxy(self) -> CaptureProxy:
         with self._lock:
             if self._proxy is None:
-                from ..capture import CaptureProxy, OpenAIEngine
-
                 engine = OpenAIEngine(self.settings.llm_url, self.settings.model,
                                       chat_template_kwargs=dict(self.settings.chat_template_kwargs))
                 self._proxy = CaptureProxy(engine).start()
@@ -76,7 +77,7 @@ class AgentSessions:
         arguments = {key: value for key, value in arguments.items() if key not in ("prompt", "environment")}
         if episode_id is not None:
             arguments.setdefault("episode_id", episode_id)
-        return AgentSession(AgentEpisode(self.proxy, self.env_class(), self.setup), arguments)
+        return AgentSession(self.setup.episode(self.proxy, self.env_class()), self.setup, arguments)
 
     def close(self) -> None:
         """Stop the proxy (the sessions close themselves)."""
@@ -89,8 +90,8 @@ class AgentSessions:
 class AgentSession:
     """One rollout for the worker: the agent runs from `create` on, on a thread of its own."""
 
-    def __init__(self, episode: AgentEpisode, arguments: dict[str, Any]) -> None:
-        self.episode = episode
+    def __init__(self, episode: AgentEpisode, setup: AgentSetup, arguments: dict[str, Any]) -> None:
+        self.episode, self.setup = episode, setup
         self.result: Any = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(arguments,), name="envkit-agent", daemon=True)
@@ -98,7 +99,7 @@ class AgentSession:
 
     def _run(self, arguments: dict[str, Any]) -> None:
         try:
-            self.result = self.episode.run(arguments)
+            self.result = self.setup.run(self.episode, arguments)
         except BaseException as error:  # noqa: BLE001 - handed to the worker's thread by wait_for_completion
             self.error = error
 
@@ -111,7 +112,7 @@ class AgentSession:
         if self.error is not None:
             raise self.error
         if self.result.timed_out:
-            raise TimeoutError(f"the agent ran past its time limit ({self.episode.setup.timeout_s:g} s)")
+            raise TimeoutError(f"the agent ran past its time limit ({self.setup.timeout_s:g} s)")
         return int(self.result.exit_code)
 
     def fetch_training_trace(self) -> Any:
@@ -125,7 +126,7 @@ class AgentSession:
         from openenv.core.harness import VerifyResult
 
         timed_out = bool(self.result is not None and self.result.timed_out)
-        reward = self.episode.reward(timed_out)
+        reward = episode_reward(self.episode, self.setup, timed_out)
         outcome = outcome_of(self.episode.session.trace(reward=reward), reward, timed_out)
         return VerifyResult(env_reward=reward, done=True, metrics={"tool_calls": outcome.tool_call_count})
 

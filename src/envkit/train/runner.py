@@ -53,7 +53,7 @@ class Run:
     """A prepared run: the bound environments, rows, rewards and trainer, ready to `train()`.
 
     `sampler` writes the transcripts of training episodes; `evaluation` plays `--eval-games` before and after;
-    `agents` runs the rollouts of `--agent` (`agent_runs.AgentRollouts`), None otherwise.
+    `agents` runs the rollouts of `--agent` (`agent_rollouts.AgentRollouts`), None otherwise.
     """
 
     settings: TrainSettings
@@ -73,10 +73,6 @@ def run(settings: TrainSettings, *, say: Callable[[str], None] = print, show_ste
     `say` receives progress notes; `show_steps` prints a line per step and a progress bar (stderr).
     """
     settings = settings.resolved()
-    if settings.agent:   # before anything is loaded or served
-        from .agent_runs import require_agent_parts
-
-        require_agent_parts()
     if settings.vllm_mode != "none":  # before anything is loaded or served: what to install, if anything
         check_vllm(settings.vllm_mode)
     check_model(settings.model)
@@ -229,7 +225,7 @@ def prepare(settings: TrainSettings, urls: Mapping[str, str], say: Callable[[str
     factory: Any = classes if len(classes) > 1 else next(iter(classes.values()))
     with _quiet_unscorable_warning():
         if settings.agent:   # every rollout an agent in its environment's sandbox, its model calls captured
-            from .agent_runner import agent_trainer
+            from .agent_trainer import agent_trainer
 
             trainer, agents = agent_trainer(settings, players or {}, model, tokenizer, config, dataset, tally)
             functions = list(trainer.reward_funcs)

@@ -87,7 +87,7 @@ class TrainSettings:
     report_to: str = "none"
     reconnect_timeout: float = 30.0
     save_model: bool = True
-    agent: str | None = None   # `reference` or a shell command: a loop-owning agent per rollout (agent_runs)
+    agent: str | None = None   # `reference` or a shell command: a loop-owning agent per rollout (agent_rollouts)
     agent_timeout: float = 300.0
     rollout_reward: str | None = None   # module:function of an AgentOutcome; None: the environment's verifier
     grpo: dict[str, Any] = field(default_factory=dict)

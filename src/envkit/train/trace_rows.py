@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TraceRow", "TraceError", "trace_rows", "SCHEMA_VERSION"]
+from ..capture import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+__all__ = ["TraceRow", "TraceError", "trace_rows"]
 
 
 class TraceError(ValueError):

@@ -8,17 +8,20 @@ so the trainer keeps the batch's rows (`batch_rows`) as TRL's `_generate_and_sco
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..environment import Environment
+from ..errors import ConfigurationError
 from ..play.binding import Tally
-from .agent_runs import AgentRollouts, AgentSetup, rollout_reward_fn
-from .captured import CapturedGRPOTrainer, captured_rollout_func, harness_reward
+from .agent_rollouts import AgentRollouts, AgentSetup
+from .captured import AgentOutcome, CapturedGRPOTrainer, captured_rollout_func, harness_reward
 from .settings import TrainSettings
 
-__all__ = ["AgentGRPOTrainer", "agent_trainer", "TRACES_FILE"]
+__all__ = ["AgentGRPOTrainer", "agent_trainer", "rollout_reward_fn", "TRACES_FILE"]
 
 TRACES_FILE = "traces.jsonl"
 
@@ -32,6 +35,20 @@ class AgentGRPOTrainer(CapturedGRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self.batch_rows = [dict(row) for row in inputs]
         return super()._generate_and_score_completions(inputs)
+
+
+def rollout_reward_fn(spec: str) -> Callable[[AgentOutcome], float | None]:
+    """`--rollout-reward module:fn` (a module importable from here or the working folder)."""
+    from ..app.targets import import_attribute
+
+    if ":" not in spec:
+        raise ConfigurationError(f"--rollout-reward {spec!r}: name a function as module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    function = import_attribute(spec)
+    if not callable(function):
+        raise ConfigurationError(f"--rollout-reward {spec}: {function!r} is not a function")
+    return function
 
 
 def agent_trainer(settings: TrainSettings, players: Mapping[str, type[Environment]], model: Any, tokenizer: Any,
