@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 from harbor_helpers import CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_containers
 from scripted_model import ScriptedModel, text_reply, tool_reply
@@ -327,3 +328,64 @@ def test_validate_gives_each_failed_build_a_row_of_its_own_in_full(tmp_path: Pat
     for name, check in rows.items():
         assert check.status == "fail" and "ENVKIT_HARBOR_BUILD_NETWORK=host" in check.detail
         assert f"echo {name.split()[1]} build fails here && false' returned a non-zero code: 1;" in check.detail
+
+
+# -- the task container as harbor 0.25 makes it ------------------------------------------------------------------
+
+
+def engine_default(command: str) -> str:
+    """What `command` prints in a plain container of the base image: the engine's defaults, which harbor keeps."""
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "python:3.11-slim", "bash", "-c", command],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_per_process_limits_are_the_engines_as_in_harbor(env: EnvClient) -> None:
+    """harbor sets no rlimit: open files are the engine's default, the address space is bounded by the memory cgroup
+    only (tests/test_harbor_checks.py runs examples/harbor_tasks/open-many-files, which needs both, in harbor)."""
+    env.reset(task_id="hello")
+    limits = "ulimit -n; ulimit -Hn; ulimit -v; ulimit -t"
+    seen = env.call("run_command", command=limits)
+    assert seen.observation["output"].split()[:4] == engine_default(limits).split(), seen.text
+
+
+def test_the_log_folders_are_there_from_the_start(env: EnvClient) -> None:
+    """harbor mounts /logs/agent and /logs/verifier before the agent's turn: an agent may log there at once."""
+    env.reset(task_id="hello")
+    seen = env.call("run_command", command="ls -d /logs/agent /logs/verifier && echo ok > /logs/agent/notes.txt")
+    assert seen.observation["exit_code"] == 0, seen.text
+    assert seen.text.split()[:2] == ["/logs/agent", "/logs/verifier"]
+
+
+def test_no_host_path_reaches_a_prompt(tasks: Path, no_warm_pool: None) -> None:
+    """The folder's place on the server's machine is nobody's business: not in /metadata, not in a prompt."""
+    app = app_from_environment(harbor_environment(tasks), max_concurrent_envs=2)
+    with running_server(app) as url:
+        metadata = httpx.get(url + "/metadata", trust_env=False).json()
+        done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env-url", url, "--policy", "random",
+                               "--games", "1", "--transcripts", str(tasks.parent / "random.jsonl"), "-q"],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    first = json.loads((tasks.parent / "random.jsonl").read_text().splitlines()[0])["messages"][0]["content"]
+    for text in (json.dumps(metadata), first):
+        assert str(tasks) not in text and str(tasks.parent) not in text, text
+
+
+def test_the_oracles_and_the_verifiers_output_reach_the_transcript(tmp_path: Path) -> None:
+    """A failing oracle says why (its output and exit code), and the tests' output is in the submit's answer, as
+    harbor keeps both in its job folder."""
+    require_engine()
+    make_task(tmp_path / "tasks" / "failing", solve="echo the oracle cannot do it >&2; exit 4",
+              test=f"echo the tests looked for hello; echo 0 > {REWARD}")
+    path = tmp_path / "oracle.jsonl"
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", str(tmp_path / "tasks"), "--policy",
+                           "oracle", "--transcripts", str(path), "-q"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    turns = {turn["tool"]: turn["result"] for turn in json.loads(path.read_text())["turns"]}
+    assert "the oracle cannot do it" in turns["run_command"] and "exit code 4" in turns["run_command"]
+    assert "the tests looked for hello" in turns["submit"]
+
+
+def test_a_missing_absolute_path_is_named_as_given(env: EnvClient) -> None:
+    env.reset(task_id="hello")
+    assert env.call("read_file", path="/app/missing.txt").text == "refused: no file /app/missing.txt"
+    assert env.call("read_file", path="missing.txt").text == "refused: no file 'missing.txt' in the work folder /app"

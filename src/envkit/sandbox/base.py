@@ -194,7 +194,9 @@ class Sandbox:
 
     backend: ClassVar[str]
     workdir: str = WORKDIR
-    #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
+    #: File requests stay inside `workdir` and commands start under the limits' rlimits; a sandbox that is its user's
+    #: whole world (a task's container) is neither: any path is reachable and its processes keep the engine's
+    #: per-process limits, as harbor's task containers do (its cgroups bound memory and processes).
     confined: bool = True
 
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
@@ -245,7 +247,7 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         """Start the sandbox's process; `wait_ready` then waits for the supervisor's first line."""
-        options = {"workdir": self.workdir, "confined": self.confined}
+        options = {"workdir": self.workdir, "confined": self.confined, "rlimits": self.confined}
         argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
         try:
             if self.channel_dir is not None:
