@@ -39,7 +39,10 @@ RUN_ELSEWHERE = {
 NOT_RUN_HERE = {
     ("agents.md", 'reference_command("Write solution.py'): "a model server behind the sandbox's channel",
     ("agents.md", "my-mini-swe-agent"): "an image with mini-swe-agent installed, and a model server",
-    ("agents.md", "env.agent_sandbox()"): "a model engine (`engine`) for the capture proxy",
+    ("agents.md", "episode = AgentEpisode(proxy"): "a model engine (`engine`) for the capture proxy",
+    ("agents.md", "class MyEnvironment(SandboxEpisode"): "an outline of SandboxEpisode's hooks (bodies `...`, the "
+                                                       "author's MyAction and TASKS); the coding env and Harbor tasks "
+                                                       "are two whole ones, tested as bundled and Harbor envs",
     ("harbor.md", "run_rollout("): "OpenEnv 0.10's venv and a vLLM server",
     ("mcp.md", "MCPToolClient"): "OpenEnv 0.10's venv (tests/test_mcp.py plays the same calls from it)",
     ("mcp.md", "from mcp.client import Client"): "the mcp 2.x venv (tests/test_mcp.py plays the same calls from it)",
