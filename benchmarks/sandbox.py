@@ -1,7 +1,8 @@
 """Sandboxes side by side: session open -> first command's result, commands per second, sandboxes held at once with
 their memory, and what 1,000 churned sessions leave behind.
 
-    python benchmarks/sandbox.py            # local always; docker when an engine answers at DOCKER_HOST
+    python benchmarks/sandbox.py            # local and landlock always; docker when an engine answers at DOCKER_HOST
+    python benchmarks/sandbox.py --start-only --runs 200    # only the session-open figures
 
 References in the same run: a bare subprocess (`true`), `bwrap ... true`, and `docker run --rm --network none IMAGE
 true` per session. Results go in docs/benchmarks.md#sandboxes.
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from envkit.sandbox import Sandbox, SandboxLimits, SandboxUnavailableError, close_pools, open_sandbox  # noqa: E402
 from envkit.sandbox.base import Uids  # noqa: E402
+from envkit.sandbox.landlock import LandlockSandbox, landlock_facilities  # noqa: E402
 from envkit.sandbox.local import LocalSandbox, local_facilities  # noqa: E402
 from envkit.sandbox.pool import pool_for  # noqa: E402
 
@@ -118,9 +120,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="opens per local figure (docker: a fifth)")
     parser.add_argument("--held", type=int, default=256, help="local sandboxes to hold at once")
     parser.add_argument("--churn", type=int, default=1000, help="sessions to churn per backend (docker: a tenth)")
+    parser.add_argument("--start-only", action="store_true", help="only the session-open figures")
     args = parser.parse_args()
     facilities = local_facilities()
     print(facilities.describe())
+    print(landlock_facilities().describe())
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     try:
         from envkit.sandbox.docker import DockerSandbox, docker_facilities
@@ -137,6 +141,9 @@ def main() -> None:
     first_result("local").close()
     row("local, warm pool", timed(lambda: first_result("local"), args.runs, wait_warm(("local", LIMITS))))
     row("local, cold", timed(cold(lambda: LocalSandbox(LIMITS)), args.runs))
+    first_result("landlock").close()
+    row("landlock, warm pool", timed(lambda: first_result("landlock"), args.runs, wait_warm(("landlock", LIMITS))))
+    row("landlock, cold", timed(cold(lambda: LandlockSandbox(LIMITS)), args.runs))
     if docker:
         runs = max(5, args.runs // 5)
         docker_true = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
@@ -146,10 +153,13 @@ def main() -> None:
                                        wait_warm(("docker", LIMITS, IMAGE))))
         row("docker, cold", timed(cold(lambda: DockerSandbox(LIMITS, IMAGE)), runs))
 
+    if args.start_only:
+        return
     print("\ncommands per second, one sandbox, `true` one after another")
-    print(f"  local   {per_second('local', 500):8.0f} /s")
+    print(f"  local     {per_second('local', 500):8.0f} /s")
+    print(f"  landlock  {per_second('landlock', 500):8.0f} /s")
     if docker:
-        print(f"  docker  {per_second('docker', 500):8.0f} /s")
+        print(f"  docker    {per_second('docker', 500):8.0f} /s")
 
     print("\nsandboxes held at once")
     close_pools()

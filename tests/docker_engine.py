@@ -12,8 +12,12 @@ Without an engine the tests skip with one line saying how to start one; with ENV
 from __future__ import annotations
 
 import os
+import itertools
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ ENGINE_SCRIPT = REPO / "scripts" / "docker_engine.sh"
 #: Tags of the images the tests build; `docker image ls 'envkit-test-*'` lists them.
 TAG_PREFIX = "envkit-test-"
 _built: dict[str, str] = {}   # tag -> image id, for this test session
+_containers = itertools.count()
 
 
 def engine_host() -> str:
@@ -105,3 +110,30 @@ def staged_env_image(name: str, env_folder: Path, stage_dir: Path) -> str:
 def root_image(docker_engine: Any) -> str:
     """The repository's own image (the top-level Dockerfile)."""
     return build_image("root", REPO)
+
+
+@contextmanager
+def serving_image(image: str, *command: str, options: tuple[str, ...] = ()) -> Iterator[str]:
+    """A container of `image` started with a plain `docker run` (plus `options`; the engine's default seccomp
+    profile, no added capability, the image's own user), its port 8000 on a free 127.0.0.1 port; yields its URL once
+    `/health` answers, and removes the container after."""
+    import httpx
+
+    name = f"envkit-test-{os.getpid()}-{next(_containers)}"
+    started = subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "-p", "127.0.0.1::8000", *options, image,
+                              *command], capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": engine_host()})
+    assert started.returncode == 0, started.stderr
+    try:
+        port = subprocess.run(["docker", "port", name, "8000"], capture_output=True, text=True,
+                              env={**os.environ, "DOCKER_HOST": engine_host()}).stdout.split(":")[-1].strip()
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        yield url
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, env={**os.environ, "DOCKER_HOST": engine_host()})

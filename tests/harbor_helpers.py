@@ -8,11 +8,11 @@ Every task is built on python:3.11-slim, the base image the project's Docker eng
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from docker_engine import engine_host, skip_without_engine
+from sandbox_helpers import owned_containers
 
 REWARD = "/logs/verifier/reward.txt"
 #: A test.sh body: reward 1 when /app/hello.txt says hello.
@@ -43,9 +43,7 @@ def make_task(folder: Path, *, solve: str, test: str, instruction: str = "Write 
 
 def task_containers(server_pid: int) -> list[str]:
     """The containers a server started for task sessions, running or not."""
-    listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=envkit.sandbox={server_pid}",
-                             "--filter", "label=envkit.harbor.task"], capture_output=True, text=True, check=True)
-    return listed.stdout.split()
+    return owned_containers(server_pid, "label=envkit.harbor.task")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sandbox_helpers import BACKENDS, back_to, leftovers, require
+from sandbox_helpers import AGENT_BACKENDS, back_to, leftovers, require
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit.agents import reference_command, run_agent
@@ -32,7 +32,7 @@ class Session:
     api_key: str
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=AGENT_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     require(request.param)
     yield request.param

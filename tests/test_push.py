@@ -30,6 +30,7 @@ from envkit.publish.scaffold import render_env
 from envkit.app.targets import bundled_envs
 from envkit.testing import running_server
 
+REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_standin_secret_0123456789"
 ECHO_FILES = ["Dockerfile", "README.md", "echo_env/__init__.py", "echo_env/environment.py", "echo_env/models.py",
               "echo_env/policies.py", "echo_env/server.py", "pyproject.toml"]
@@ -103,6 +104,18 @@ def test_dry_run_stages_the_env_and_an_envkit_wheel_without_network(echo_copy: P
     assert STAGED_MARKER not in done.stdout
     assert TOKEN not in done.stdout + done.stderr
     assert not any(TOKEN.encode() in path.read_bytes() for path in stage.rglob("*") if path.is_file())
+
+
+def test_push_says_which_sandbox_the_image_will_use(tmp_path: Path) -> None:
+    """The coding env opens sandboxes: a Space runs them on the landlock backend, and push says so; the echo env opens
+    none, and push says nothing of them."""
+    coding = tmp_path / "coding"
+    shutil.copytree(REPO / "envs" / "coding", coding, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    done = envkit("push", str(coding), "--dry-run", env=hub_env(tmp_path, "http://127.0.0.1:9"))
+    assert done.returncode == 0, done.stderr
+    assert "Sandboxes in the image: landlock (Landlock ABI 6 or later from the host's kernel" in done.stdout
+    done = envkit("push", str(REPO / "envs" / "echo"), "--dry-run", "--stage-dir", str(tmp_path / "echo"))
+    assert done.returncode == 0 and "Sandboxes" not in done.stdout, done.stderr
 
 
 def test_dry_run_replaces_its_own_staging_but_not_a_foreign_folder(echo_copy: Path, tmp_path: Path) -> None:

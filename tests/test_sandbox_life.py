@@ -4,6 +4,7 @@ sessions, or a server killed with SIGKILL (processes, cgroups, containers and mo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from sandbox_helpers import BACKENDS, leftovers, require, wait_until
 
 from envkit import EnvClient, SessionLostError
 from envkit.app import create_app
-from envkit.sandbox import close_pools, open_sandbox
+from envkit.sandbox import SandboxLimits, close_pools, open_sandbox
 from envkit.testing import ServedProcess, running_server
 
 
@@ -31,7 +32,7 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     close_pools()
 
 
-NOTHING = {"processes": 0, "cgroups": 0, "containers": 0, "mounts": 0}
+NOTHING = {"processes": 0, "cgroups": 0, "containers": 0, "mounts": 0, "folders": 0}
 
 
 def settled(server_pid: int | None = None, timeout_s: float = 15.0) -> dict[str, int]:
@@ -94,7 +95,7 @@ def test_server_killed_with_sigkill_leaves_nothing(backend: str) -> None:
         assert leftovers(server)["processes"] > 0
         served.kill()
     left = settled(server)
-    assert {**left, "cgroups": 0} == NOTHING
+    assert {**left, "cgroups": 0, "folders": 0} == NOTHING
     # A killed server cannot remove its cgroup folders; the next process that opens a sandbox does.
     subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; open_sandbox().close()"],
                    env=env_vars, check=True, timeout=120)
@@ -113,3 +114,80 @@ def test_an_ors_session_ends_its_sandbox_when_deleted(backend: str) -> None:
         assert leftovers()["processes"] > 0
         http.post("/delete_session", headers={"X-Session-ID": sid})
         assert settled() == NOTHING
+
+
+def test_only_cgroups_of_owners_provably_gone_are_removed() -> None:
+    """A dead server's pid may name a live process by then (pids are reused), and a server in another pid namespace
+    is out of sight: only an owner whose pid now runs with another start time, in this namespace, is gone."""
+    require("local")
+    from envkit.sandbox.cgroups import PREFIX, Cgroups
+    from envkit.sandbox.local import local_facilities
+    from envkit.sandbox.owner import current_owner
+
+    found = local_facilities().cgroups
+    if found is None or found.pids is None:
+        pytest.skip("no writable pids controller here")
+    boot, namespace, pid, started = current_owner().split(".")
+    owners = {"reused pid": f"{boot}.{namespace}.{os.getppid()}.1", "live": current_owner(),
+              "other namespace": f"{boot}.1.{pid}.1", "other boot": f"000000000000.{namespace}.{pid}.1"}
+    folders = {name: found.pids / f"{PREFIX}{owner}-probe" for name, owner in owners.items()}
+    for folder in folders.values():
+        folder.mkdir()
+    try:
+        Cgroups()          # what the next server does when it first opens a sandbox
+        assert {name: folder.exists() for name, folder in folders.items()} == {
+            "reused pid": False, "live": True, "other namespace": True, "other boot": True}
+    finally:
+        for folder in folders.values():
+            if folder.exists():
+                folder.rmdir()
+
+
+def test_servers_sharing_an_engine_keep_their_containers() -> None:
+    """Containers labelled by a server in another pid namespace (one in a container using the engine's socket), on
+    another host (another boot), or by a live server here stay when a server starts; only one whose owner's pid now
+    runs with another start time (a dead server's pid, reused) goes. The pid-only clean-up removed every container
+    whose pid was not alive in its own namespace."""
+    require("docker")
+    from envkit.sandbox.docker import LABEL, docker_facilities
+    from envkit.sandbox.owner import current_owner
+
+    boot, namespace, pid, started = current_owner().split(".")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owners = {"another namespace": f"{boot}.1.{gone.pid}.{started}", "another host": f"000000000000.{namespace}.1.1",
+              "live": current_owner(), "reused pid": f"{boot}.{namespace}.{os.getppid()}.1"}
+    made = {name: subprocess.run(["docker", "create", "--label", f"{LABEL}={owner}", "python:3.11-slim", "true"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            for name, owner in owners.items()}
+    try:
+        docker_facilities()._remove_orphans()       # what a server starting on this engine does
+        left = set(subprocess.run(["docker", "ps", "-aq", "--no-trunc"], capture_output=True, text=True).stdout.split())
+        assert {name: container in left for name, container in made.items()} == {
+            "another namespace": True, "another host": True, "live": True, "reused pid": False}
+    finally:
+        subprocess.run(["docker", "rm", "-f", *made.values()], capture_output=True)
+
+
+def test_all_pools_together_keep_at_most_the_warm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pool per kind of sandbox (a Harbor folder: one per task image), each wanting 2 waiting: together they keep
+    `ENVKIT_SANDBOX_WARM_MAX` waiting, not one pool's worth each."""
+    require("local")
+    from envkit.sandbox.pool import WARM_SLOTS, pool_for
+
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "2")
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM_MAX", "3")
+    close_pools()
+    kinds = [SandboxLimits(wall_s=10 + n) for n in range(5)]
+    try:
+        for limits in kinds:
+            open_sandbox("local", limits=limits).close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (WARM_SLOTS.held < 3 or any(
+                pool_for(("local", limits), lambda: None)._filling is not None for limits in kinds)):
+            time.sleep(0.05)
+        waiting = [pool_for(("local", limits), lambda: None).waiting for limits in kinds]
+        assert sum(waiting) == WARM_SLOTS.held == 3, waiting
+    finally:
+        close_pools()
+    assert WARM_SLOTS.held == 0

@@ -59,7 +59,7 @@ def test_bundled_env_folders_are_valid(name: str) -> None:
     assert report["ok"] and {check["status"] for check in report["checks"]} == {"ok"}
     assert {check["name"] for check in report["checks"]} == {
         "space files", "readme front matter", "manifest", "import", "server app", "tools", "tasks", "server limits",
-        "dockerfile"}
+        "dockerfile", "sandbox"}
 
 
 def test_a_fresh_template_is_valid_as_a_table(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_a_fresh_template_is_valid_as_a_table(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["CHECK", "RESULT", "DETAIL"]
     assert re.search(r"^tools\s+OK\s+1 tool\(s\), every argument typed and described: guess$", done.stdout, re.M)
-    assert lines[-1] == f"{folder}: valid (9 checks, 0 failed, 0 warnings)"
+    assert lines[-1] == f"{folder}: valid (10 checks, 0 failed, 0 warnings)"
 
 
 # -- folders that fail ---------------------------------------------------------------------------
@@ -154,6 +154,20 @@ def test_dockerfile_concurrency_the_env_cannot_give(env_folder: Path) -> None:
     assert statuses(report)["server limits"] == "fail"
     assert "does not declare SUPPORTS_CONCURRENT_SESSIONS" in detail(report, "server limits")
     assert "(with the Dockerfile's ENV)" in detail(report, "server limits")
+
+
+def test_the_sandbox_an_image_will_use_is_said_and_one_a_space_cannot_run_fails(env_folder: Path) -> None:
+    assert detail(validate_folder(env_folder), "sandbox") == "the environment opens no sandbox"
+    module = env_folder / env_folder.name / "environment.py"
+    module.write_text(module.read_text() + "\nfrom envkit.sandbox import open_sandbox  # noqa: E402\n")
+    assert detail(validate_folder(env_folder), "sandbox").startswith("landlock (Landlock ABI 6")
+    edit(env_folder / "Dockerfile", "HOST=0.0.0.0", "ENVKIT_SANDBOX=local HOST=0.0.0.0")
+    report = validate_folder(env_folder)
+    assert statuses(report)["sandbox"] == "fail" and "set it to landlock or leave it out" in detail(report, "sandbox")
+    edit(env_folder / "Dockerfile", "ENVKIT_SANDBOX=local HOST", "HOST")
+    edit(env_folder / "Dockerfile", "FROM python:3.11-slim", "FROM python:3.11-alpine")
+    report = validate_folder(env_folder)
+    assert statuses(report)["sandbox"] == "fail" and "apk add --no-cache libseccomp" in detail(report, "sandbox")
 
 
 # -- servers -------------------------------------------------------------------------------------

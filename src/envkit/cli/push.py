@@ -59,6 +59,9 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
     if not report.ok:
         click.echo(report.table(), err=True)
         raise click.ClickException(f"{directory} is not ready to publish; fix the failed checks above")
+    sandbox = next((check.detail for check in report.checks if check.name == "sandbox"), "")
+    if sandbox.startswith("landlock"):
+        click.echo(f"Sandboxes in the image: {sandbox}")
 
     api_key = None
     if api_key_env is not None:

@@ -27,6 +27,7 @@ from ..protocol import key_headers
 from ..protocol import ErrorCode
 from ..tools import tool_specs
 from .dockerfile import image_env, parse_dockerfile, space_dockerfile_problems
+from .sandbox_image import image_sandbox
 
 __all__ = ["Check", "Report", "validate_folder", "validate_class", "validate_url", "check_ors", "example_from_schema",
            "read_front_matter", "is_refusal", "SPACE_FILES"]
@@ -176,6 +177,8 @@ def validate_folder(folder: Path) -> Report:
     if dockerfile.is_file():
         report.add("dockerfile", space_dockerfile_problems(dockerfile, app_port),
                    "non-root, HEALTHCHECK /health, installs wheels/, runs envkit serve")
+        problems, backend = image_sandbox(folder, parse_dockerfile(dockerfile.read_text()))
+        report.add("sandbox", problems, backend)
     return report
 
 

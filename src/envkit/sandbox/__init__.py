@@ -6,10 +6,12 @@
         box.write_file("main.py", "print(6 * 7)")
         print(box.run("python3 main.py").stdout)       # 42
 
-Backends: "local" (bubblewrap), "docker" (a container per session), "auto" (local if bubblewrap works here, else
-docker, else `SandboxUnavailableError` naming what to install); `ENVKIT_SANDBOX=local|docker` chooses for "auto".
-`channel_dir=` binds a host folder read-only at /run/envkit, for the host's unix sockets: a sandbox's one way out
-(`channel_dir=True`: a fresh folder of the sandbox's own, removed when it closes).
+Backends: "local" (bubblewrap), "docker" (a container per session), "landlock" (Landlock and seccomp, no
+privileges: for containers that refuse user namespaces), "auto" (the first of these that works here, in that order,
+else `SandboxUnavailableError` saying what each lacks); `ENVKIT_SANDBOX=local|docker|landlock` chooses for "auto".
+`channel_dir=` shows a host folder read-only to the sandbox (at /run/envkit, or where it is for landlock:
+`Sandbox.channel`), for the host's unix sockets: a sandbox's one way out (`channel_dir=True`: a fresh folder of the
+sandbox's own, removed when it closes).
 See docs/environments.md#sandboxes.
 """
 
@@ -30,7 +32,7 @@ __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxErro
            "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel",
            "DockerOptions", "docker_facilities", "CHANNEL", "SandboxEpisode"]
 
-BACKENDS = ("auto", "local", "docker")
+BACKENDS = ("auto", "local", "docker", "landlock")
 #: The image a docker sandbox runs when none is named.
 DEFAULT_IMAGE = "python:3.11-slim"
 
@@ -41,7 +43,7 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
     """A started sandbox, ready for its first command; close it (or use `with`) when its session ends.
 
     Args:
-        backend: "local", "docker" or "auto" (see the module's docstring).
+        backend: "local", "docker", "landlock" or "auto" (see the module's docstring).
         limits: what the sandbox may use; default `SandboxLimits()`.
         image: the docker backend's image (default python:3.11-slim); naming one makes "auto" choose docker.
         channel_dir: a host folder the sandbox sees, read-only, at `/run/envkit`: the only way out of it, for unix
@@ -59,14 +61,17 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
     if docker is not None and not isinstance(docker, DockerOptions):
         raise ValueError(f"docker must be a DockerOptions; got {type(docker).__name__}")
     chosen = _choose(backend, image if docker is None else image or DEFAULT_IMAGE)
-    if chosen == "local":
+    if chosen in ("local", "landlock"):
         if image is not None or docker is not None:
-            raise ValueError("the local backend runs the host's /usr, not an image; leave image and docker out or use "
-                             "docker")
-        from .local import LocalSandbox
+            raise ValueError(f"the {chosen} backend runs the host's /usr, not an image; leave image and docker out or "
+                             "use docker")
+        if chosen == "local":
+            from .local import LocalSandbox as Local
+        else:
+            from .landlock import LandlockSandbox as Local
         if channel_dir is not None:
-            return start_with_channel(lambda folder: LocalSandbox(limits, folder), channel_dir)
-        return pool_for(("local", limits), lambda: LocalSandbox(limits)).take()
+            return start_with_channel(lambda folder: Local(limits, folder), channel_dir)
+        return pool_for((chosen, limits), lambda: Local(limits)).take()
     from .docker import DockerSandbox, docker_facilities
     image, options = image or DEFAULT_IMAGE, docker or DockerOptions()
     docker_facilities().check_image(image)
@@ -111,17 +116,18 @@ def _choose(backend: str, image: str | None) -> str:
     if backend == "auto":
         backend = os.environ.get("ENVKIT_SANDBOX", "auto")
         if backend not in BACKENDS:
-            raise ValueError(f"ENVKIT_SANDBOX={backend!r} is not a sandbox backend; choose local or docker")
+            raise ValueError(f"ENVKIT_SANDBOX={backend!r} is not a sandbox backend; choose local, docker or landlock")
     if backend != "auto":
         return backend
     from .docker import docker_facilities
+    from .landlock import landlock_facilities
     from .local import local_facilities
-    order = [("local", local_facilities)] if image is None else []
+    order = [("local", local_facilities), ("docker", docker_facilities), ("landlock", landlock_facilities)]
     reasons = []
-    for name, check in order + [("docker", docker_facilities)]:
+    for name, check in order if image is None else order[1:2]:
         try:
             check()
             return name
         except SandboxUnavailableError as error:
-            reasons.append(str(error))
-    raise SandboxUnavailableError("no sandbox backend here: " + "; ".join(reasons))
+            reasons.append(f"{name}: {error}")
+    raise SandboxUnavailableError("no sandbox backend here (" + "; ".join(reasons) + ")")

@@ -9,6 +9,7 @@ and with it every process of the sandbox; so does the server's death, which clos
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -117,22 +119,50 @@ def once(make: Callable[[], T]) -> Callable[[], T]:
 
 class Uids:
     """Host uids for sandboxes: a block per server process, one uid per open sandbox, so that no two sandboxes
-    share a process count (RLIMIT_NPROC is per uid) or may signal each other."""
+    share a process count (RLIMIT_NPROC is per uid) or may signal each other.
+
+    A process claims its block with a lock (`lockf`, held while it lives, released by the kernel when it dies) on a
+    file of `FOLDER` per block, starting from its pid's: no two processes of this machine that share `FOLDER` hold
+    the same block at once, whatever their pids. The file holds the claimant's pid, for tests counting what a
+    server's sandboxes run."""
 
     BASE, PER_SERVER, BLOCKS = 1_000_000, 1024, 4096
+    FOLDER = Path(tempfile.gettempdir()) / "envkit-uids"
 
     def __init__(self) -> None:
         self._taken: set[int] = set()
         self._lock = threading.Lock()
+        self._claim: tuple[int, int, int] | None = None    # (pid, block, fd)
 
     @property
     def base(self) -> int:
-        """The first uid of this process's block (read at each use: a forked worker has a block of its own)."""
-        return self.BASE + (os.getpid() % self.BLOCKS) * self.PER_SERVER
+        """The first uid of this process's block (claimed at first use; a forked worker claims a block of its own)."""
+        with self._lock:
+            return self.BASE + self._block() * self.PER_SERVER
+
+    def _block(self) -> int:
+        if self._claim is not None and self._claim[0] == os.getpid():
+            return self._claim[1]
+        self._taken.clear()       # a forked worker's: its parent's sandboxes are not its own
+        self.FOLDER.mkdir(mode=0o755, exist_ok=True)
+        for step in range(self.BLOCKS):
+            block = (os.getpid() + step) % self.BLOCKS
+            fd = os.open(self.FOLDER / f"{block}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._claim = (os.getpid(), block, fd)
+            return block
+        raise SandboxUnavailableError(f"all {self.BLOCKS} blocks of sandbox uids are held by live processes")
 
     def take(self) -> int:
         with self._lock:
-            for uid in range(self.base, self.base + self.PER_SERVER):
+            first = self.BASE + self._block() * self.PER_SERVER
+            for uid in range(first, first + self.PER_SERVER):
                 if uid not in self._taken:
                     self._taken.add(uid)
                     return uid
@@ -173,16 +203,16 @@ def share(path: str, uid: int | None, other_bits: int) -> None:
         os.chmod(path, os.lstat(path).st_mode & 0o7777 | other_bits)
 
 
-def relative_path(path: str) -> str:
+def relative_path(path: str, workdir: str = WORKDIR) -> str:
     """`path` relative to the work folder; refuses `..`, absolute paths outside it and empty paths (the supervisor
     then refuses symlinks that lead out)."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
-    if path.startswith("/") and path != WORKDIR and not path.startswith(WORKDIR + "/"):
-        raise SandboxPathError(f"{path!r} is outside the work folder {WORKDIR}; give a path inside it")
+    if path.startswith("/") and path != workdir and not path.startswith(workdir + "/"):
+        raise SandboxPathError(f"{path!r} is outside the work folder {workdir}; give a path inside it")
     if ".." in path.split("/"):
-        raise SandboxPathError(f"{path!r} contains '..'; give a path inside the work folder {WORKDIR}")
-    return path[len(WORKDIR):].lstrip("/") or "." if path.startswith("/") else path
+        raise SandboxPathError(f"{path!r} contains '..'; give a path inside the work folder {workdir}")
+    return path[len(workdir):].lstrip("/") or "." if path.startswith("/") else path
 
 
 class Sandbox:
@@ -223,6 +253,26 @@ class Sandbox:
     def _cleanup(self) -> None:
         """Remove what the sandbox left on the host once its process has ended; default nothing."""
 
+    def _options(self) -> dict[str, Any]:
+        """What the supervisor is told at start (its second argument)."""
+        return {"workdir": self.workdir, "confined": self.confined, "rlimits": self.confined}
+
+    def _environment(self) -> dict[str, str] | None:
+        """The supervisor's environment variables; default this process's (a backend's wrapper clears them)."""
+        return None
+
+    def _supervisor_source(self) -> str:
+        """The source the supervisor's bootstrap runs."""
+        return supervisor_source()
+
+    def _ready(self, answer: dict[str, Any]) -> None:
+        """Read what the supervisor said when it became ready; default nothing."""
+
+    @property
+    def channel(self) -> str | None:
+        """Where commands inside see the channel folder, or None without one."""
+        return CHANNEL if self.channel_dir is not None else None
+
     @property
     def host_uid(self) -> int | None:
         """The host uid the sandbox's processes run as, when it has one of its own (None: this process's)."""
@@ -247,15 +297,15 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         """Start the sandbox's process; `wait_ready` then waits for the supervisor's first line."""
-        options = {"workdir": self.workdir, "confined": self.confined, "rlimits": self.confined}
-        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)), json.dumps(options)])
+        argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)),
+                           json.dumps(self._options())])
         try:
             if self.channel_dir is not None:
                 share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(
                 subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=self._before_exec).result()
-            self._process.stdin.write(json.dumps(supervisor_source()).encode() + b"\n")
+                start_new_session=True, preexec_fn=self._before_exec, env=self._environment()).result()
+            self._process.stdin.write(json.dumps(self._supervisor_source()).encode() + b"\n")
             self._process.stdin.flush()
         except BaseException:
             self.close()
@@ -268,9 +318,10 @@ class Sandbox:
             assert self._process is not None and self._process.stderr is not None
             self._kill()
             self._process.wait()
-            said = self._process.stderr.read(4096).decode(errors="replace").strip()
+            said = (answer or {}).get("message") or self._process.stderr.read(4096).decode(errors="replace").strip()
             self.close()
             raise SandboxError(f"the {self.backend} sandbox did not start: {said or f'no answer in {timeout_s:g}s'}")
+        self._ready(answer)
         return self
 
     @property
@@ -383,7 +434,7 @@ class Sandbox:
 
     def _path(self, path: str) -> str:
         if self.confined:
-            return relative_path(path)
+            return relative_path(path, self.workdir)
         if not isinstance(path, str) or not path or "\0" in path:
             raise SandboxPathError(f"a file path must be a non-empty string; got {path!r}")
         return path

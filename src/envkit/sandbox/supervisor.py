@@ -27,6 +27,13 @@ CONFINED = True
 #: Whether commands start under the sandbox's rlimits (options); a whole-image container keeps the engine's, as
 #: harbor's task containers do, its memory and processes bounded by its cgroups.
 RLIMITS = True
+#: Whether this supervisor is process 1 of the sandbox's pid namespace; else it confines itself (confine.py, sent ahead).
+PROCESS_ONE = True
+#: Whether other processes (the server, other sandboxes) run as this supervisor's uid, and count against its limit.
+SHARED_UID = False
+#: The folders commands may write, measured every `DISK_EVERY_S` against the disk limit when not on a tmpfs.
+WRITABLE = ()
+DISK_EVERY_S = 0.05
 CHUNK = 65536
 
 
@@ -39,12 +46,17 @@ def reply(answer):
     sys.stdout.buffer.flush()
 
 
-def end_others():
-    """SIGKILL every process of the sandbox but this one and reap them; as process 1, orphans come back to us."""
+def end_others(group=None):
+    """SIGKILL every process of the sandbox but this one and reap them; as process 1, orphans come back to us.
+    Without a pid namespace of its own (the landlock backend) it ends the command's process `group` instead, which
+    the command's processes may not leave, and reaps them as their subreaper."""
     statuses = {}
     while True:
         try:
-            os.kill(-1, signal.SIGKILL)
+            if PROCESS_ONE:
+                os.kill(-1, signal.SIGKILL)
+            elif group is not None:
+                os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
@@ -63,12 +75,27 @@ def command_limits(limits):
     rlimits = [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
                (resource.RLIMIT_FSIZE, disk, disk), (resource.RLIMIT_NOFILE, 256, 256), (resource.RLIMIT_CORE, 0, 0)]
     if os.getuid() != 0:   # root's count would be the host's; a container's pids limit bounds root's processes
-        rlimits.append((resource.RLIMIT_NPROC, limits["processes"], limits["processes"]))
+        count = limits["processes"] + (tasks_of(os.getuid()) if SHARED_UID else 0)
+        rlimits.append((resource.RLIMIT_NPROC, count, count))
 
     def apply():
         for name, value, hard in rlimits:
             resource.setrlimit(name, (value, hard))
+        if not PROCESS_ONE:
+            confine_command()
     return apply
+
+
+def tasks_of(uid):
+    """How many tasks (threads) `uid` runs now: its process limit counts those of other sandboxes sharing it."""
+    count = 0
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid:
+                count += os.stat(f"/proc/{name}/task").st_nlink - 2
+        except OSError:
+            pass
+    return count
 
 
 def run(request, limits):
@@ -115,17 +142,27 @@ def collect(process, request, limits, started):
         selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
     else:
         process.stdin.close()
+    measured = started
     while status is None or selector.get_map():
         wait = None if status is not None else max(0.0, deadline - time.monotonic())
+        if status is None and not PROCESS_ONE:
+            wait = min(wait, DISK_EVERY_S)
         events = selector.select(wait)
-        if not events and status is None:     # out of time: the command and all it started end now
+        if status is None and not PROCESS_ONE and time.monotonic() - measured >= DISK_EVERY_S:
+            measured = time.monotonic()
+            if disk_used() > limits["disk_mb"] << 20:   # no tmpfs of its own: the folders are measured instead
+                status = end_others(process.pid).get(process.pid, 0)
+                selector.unregister(exited)
+                output["stderr"] += f"\nNo space left: the sandbox's files passed {limits['disk_mb']} MB; " \
+                    "the command was ended\n".encode()
+        if not events and status is None and time.monotonic() >= deadline:   # out of time: all of it ends now
             timed_out = True
-            status = end_others().get(process.pid, 0)
+            status = end_others(process.pid).get(process.pid, 0)
             selector.unregister(exited)
         for key, _ in events:
             if key.data == "exit":
                 status = os.waitpid(process.pid, 0)[1]
-                end_others()                   # background processes die with their command
+                end_others(process.pid)        # background processes die with their command
                 selector.unregister(exited)
             elif key.data == "stdin":
                 try:
@@ -150,6 +187,22 @@ def collect(process, request, limits, started):
         if not stream.closed:
             stream.close()
     return output, truncated, timed_out, status
+
+
+def disk_used():
+    """Bytes the sandbox's writable folders (its work folder and temporary folder) take on disk."""
+    used = 0
+    folders = list(WRITABLE)
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    used += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            pass
+    return used
 
 
 def resolve(path, must_exist):
@@ -216,14 +269,22 @@ HANDLERS = {"run": run, "write": write, "read": read, "unpack": unpack}
 
 
 def main():
-    global WORKDIR, CONFINED, RLIMITS
+    global WORKDIR, CONFINED, RLIMITS, PROCESS_ONE, WRITABLE, SHARED_UID
     limits = json.loads(sys.argv[1])
     options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     WORKDIR, CONFINED = options.get("workdir", WORKDIR), options.get("confined", CONFINED)
     RLIMITS = options.get("rlimits", RLIMITS)
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
-    reply({"ready": True, "pid": os.getpid()})
+    enforced = {}
+    if options.get("confine"):
+        PROCESS_ONE, WRITABLE, SHARED_UID = False, tuple(options["confine"]["write"]), options["confine"]["shared_uid"]
+        try:
+            enforced = confine_supervisor(options["confine"])
+        except (Unconfinable, OSError) as error:
+            reply({"ready": False, "message": str(error)})
+            return
+    reply({"ready": True, "pid": os.getpid(), **enforced})
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
