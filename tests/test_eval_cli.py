@@ -85,6 +85,29 @@ def test_a_running_server_by_url(tmp_path: Path) -> None:
     assert health["active_sessions"] == 0                              # every game's session was closed
 
 
+def test_more_games_than_the_server_has_sessions_play_in_turns_to_the_same_table() -> None:
+    """10 games against a server of 3 sessions: 3 at a time, progress after each turn, and the table of the same
+    10 games played all at once (a server of its own, in the eval's process)."""
+    with ServedProcess("wordle", "--max-concurrent-envs", "3") as served:
+        done = envkit("eval", "--env", "wordle", "--env-url", served.url, "--policy", "solver", "--policy", "random",
+                      "--games", "10", "--json")
+    in_turns = rows(done)
+    assert "playing 10 games with policy:solver, 3 at a time (wordle has 3 free sessions)" in done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("played")] == \
+        ["played 3 of 10 games", "played 6 of 10 games", "played 9 of 10 games", "played 10 of 10 games"] * 2
+    at_once = rows(envkit("eval", "--env", "wordle", "--policy", "solver", "--policy", "random", "--games", "10",
+                          "--json"))
+    for found in (in_turns, at_once):
+        for row in found.values():
+            row.pop("seconds", None)
+    assert in_turns == at_once
+
+
+def test_one_game_is_one_game() -> None:
+    done = envkit("eval", "--env", "wordle", "--policy", "solver", "--games", "1")
+    assert done.returncode == 0 and "playing 1 game with policy:solver" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["--env", "nope", "--policy", "solver"], 2, "'nope' is neither a bundled env"),
     (["--env", "wordle", "--split", "validation", "--policy", "solver"], 2, "no split 'validation'; its splits: "
@@ -207,3 +230,15 @@ def test_policy_evaluation_loads_no_heavy_library() -> None:
                           env=subprocess_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "heavy: []"
+
+
+def test_eval_help_names_every_scripted_player_the_bundled_envs_and_harbor_offer() -> None:
+    from envkit.app.targets import bundled_envs, resolve_target
+    from envkit.harbor.environment import TOOL_PLAYERS as HARBOR_PLAYERS
+    from envkit.play.policy_player import policy_names
+
+    done = envkit("eval", "--help")
+    text = " ".join(done.stdout.split())
+    offered = {name for env in bundled_envs() for name in policy_names(resolve_target(env).env_class)}
+    for name in sorted(offered | set(HARBOR_PLAYERS)):
+        assert f" {name} (" in text, name

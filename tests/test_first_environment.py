@@ -5,6 +5,7 @@ installed console script for the commands."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ ENVKIT = str(Path(sys.executable).with_name("envkit"))
 MATH = '''
 import ast
 import operator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -193,6 +194,18 @@ def test_a_refused_example_is_a_warning_with_nothing_to_fix(tmp_path: Path) -> N
     assert report.ok and statuses(report)["tool call"] == "warn"
     assert "made from the examples given, so a legal move depends on the episode: nothing to fix" in \
         detail(report, "tool call")
+
+
+def test_a_refused_choice_among_allowed_values_is_hinted_as_a_literal(tmp_path: Path) -> None:
+    """A Literal argument (a maze's direction): every value fits the schema, so the hint says which was sent and
+    names the Literal, not `str`."""
+    target = load_math(tmp_path, 'Literal["6 / 7", "6 * 7"]')
+    with running_server(app_from_environment(target.env_class)) as url:
+        report = asyncio.run(validate_url(url))
+    assert report.ok and statuses(report)["tool call"] == "warn"
+    assert "'6 / 7' was the first of expression's allowed values; to have one legal at the start sent, give it an " \
+        "example: `expression: Annotated[Literal['6 / 7', '6 * 7'], Field(examples=[...])]`" in \
+        detail(report, "tool call"), report.table()
 
 
 def test_an_argument_with_examples_binds_to_the_trainer(tmp_path: Path) -> None:
@@ -389,3 +402,195 @@ def test_training_a_tiny_model_without_a_scripted_player_says_what_to_do_before_
     assert warning in output, output
     assert 'TOOL_PLAYERS = {"solver": ...} in mathenv.py, beside MathEnvironment' in output
     assert output.index(warning) < output.index("step    1/1")
+
+
+# -- task_prompt, however it is written ------------------------------------------------------------------------
+
+PROMPTS = {
+    "plain": "    def task_prompt(self, task):\n        return PROBLEMS[task['problem']][0]\n",
+    "classmethod": "    @classmethod\n    def task_prompt(cls, task):\n        return PROBLEMS[task['problem']][0]\n",
+    "staticmethod": "    @staticmethod\n    def task_prompt(task):\n        return PROBLEMS[task['problem']][0]\n",
+}
+
+
+def load_with_prompt(tmp_path: Path, method: str) -> Any:
+    """The math env with `method` added to its class (its own module, so each variant imports separately)."""
+    target = load_math(tmp_path)
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    name = f"{path.stem}_{next(_modules)}"
+    (tmp_path / f"{name}.py").write_text(path.read_text().replace(
+        "    def __init__(self) -> None:", method + "\n    def __init__(self) -> None:"))
+    return resolve_target(f"{name}:MathEnvironment")
+
+
+@pytest.mark.parametrize("form", sorted(PROMPTS))
+def test_task_prompt_works_as_a_plain_method_a_classmethod_or_a_staticmethod(tmp_path: Path, form: str) -> None:
+    """Servers call task_prompt on the class, before any instance exists: every form an author may write answers,
+    and the folder check and the server's checks agree (no knock-on failure in the ORS refusals check)."""
+    from envkit.publish.validate import validate_class
+
+    target = load_with_prompt(tmp_path, PROMPTS[form])
+    assert target.env_class.task_prompt({"problem": 1}) == "What is 9 plus 10?"
+    module = target.env_class.__module__
+    assert statuses(validate_class(f"{module}:MathEnvironment"))["tasks"] == "ok"
+    with running_server(app_from_environment(target.env_class, env_name="math")) as url:
+        report = asyncio.run(validate_url(url))
+    assert report.ok, report.table()
+    assert statuses(report)["ors session"] == statuses(report)["ors refusals"] == "ok", report.table()
+
+
+def test_a_task_prompt_that_needs_an_instance_fails_the_folder_check_with_the_reason(tmp_path: Path) -> None:
+    from envkit.publish.validate import validate_class
+
+    target = load_with_prompt(tmp_path, "    def task_prompt(self, task):\n        return self.problem_text\n")
+    report = validate_class(f"{target.env_class.__module__}:MathEnvironment")
+    assert statuses(report)["tasks"] == "fail"
+    assert "called on the class, before a session opens" in detail(report, "tasks")
+
+
+def test_a_session_that_cannot_open_leaves_the_ors_refusals_check_alone(tmp_path: Path) -> None:
+    """A task_prompt that raises fails `ors session`; the refusals check does not fail again for it."""
+    target = load_with_prompt(tmp_path, "    @classmethod\n    def task_prompt(cls, task):\n"
+                                        "        raise RuntimeError('no prompt today')\n")
+    with running_server(app_from_environment(target.env_class, env_name="math")) as url:
+        report = asyncio.run(validate_url(url))
+    assert statuses(report)["ors session"] == "fail" and "no prompt today" in detail(report, "ors session")
+    assert statuses(report)["ors refusals"] == "ok", report.table()
+    assert "see ors session" in detail(report, "ors refusals")
+
+
+# -- the server's faults, told apart from the author's -----------------------------------------------------------
+
+SANDBOXED = '''
+from typing import Annotated
+
+from pydantic import Field
+
+from envkit import Action, Environment, Observation, State, tool
+from envkit.sandbox import open_sandbox
+
+
+class RunAction(Action):
+    command: str = Field(examples=["ls"])
+
+
+class RunObservation(Observation):
+    output: str = ""
+
+
+class ShellEnvironment(Environment[RunAction, RunObservation, State]):
+    """A shell in a sandbox per session."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    TASKS = {"test": [{}]}
+
+    def __init__(self) -> None:
+        self.box = None
+
+    def reset(self, seed=None, episode_id=None, **kwargs) -> RunObservation:
+        return RunObservation(output="ready")
+
+    def step(self, action: RunAction) -> RunObservation:
+        if self.box is None:
+            self.box = open_sandbox()
+        return RunObservation(output=self.box.run(action.command).stdout)
+
+    @property
+    def state(self) -> State:
+        return State()
+
+    @tool
+    def run(self, command: Annotated[str, Field(examples=["ls"])]) -> RunObservation:
+        """Run a shell command.
+
+        Args:
+            command: The command line.
+        """
+        return self.step(RunAction(command=command))
+'''
+
+
+def test_validate_url_says_a_missing_sandbox_backend_is_the_servers_fault(tmp_path: Path) -> None:
+    """The server (a real `envkit serve`) has only the docker backend, and no engine answers at its DOCKER_HOST:
+    every check that opens a sandbox says the server is at fault, and none blames the examples."""
+    (tmp_path / "shellenv.py").write_text(SANDBOXED)
+    environment = {"ENVKIT_SANDBOX": "docker", "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",
+                   "PYTHONPATH": str(tmp_path)}
+    with ServedProcess("shellenv:ShellEnvironment", "--max-concurrent-envs", "4", env=environment) as served:
+        report = asyncio.run(validate_url(served.url))
+    failed = [check for check in report.checks if check.status == "fail"]
+    assert {check.name for check in failed} >= {"step", "tool call"}, report.table()
+    for check in failed:
+        assert check.detail.startswith("the server's fault, not the environment's code or examples: it cannot "
+                                       "open a sandbox"), report.table()
+        assert "nothing to fix" not in check.detail and "give it an example" not in check.detail
+
+
+# -- what the model reads first ----------------------------------------------------------------------------------
+
+
+def ors_prompt(env_class: Any) -> str:
+    with running_server(app_from_environment(env_class, env_name="math")) as url:
+        server = OrsServer(url)
+        try:
+            session = server.open(split="test", index=0)
+            session.close()
+        finally:
+            server.close()
+    return session.prompt
+
+
+@pytest.mark.parametrize(("prompt", "observation", "expected"), [
+    ("'Submit the answer.'", "PROBLEMS[self.problem][0]", "Submit the answer.\n\nWhat is 8 minus 3?"),
+    ("PROBLEMS[task['problem']][0]", "'Question: ' + PROBLEMS[self.problem][0] + ' Use the tools.'",
+     "Question: What is 8 minus 3? Use the tools."),
+])
+def test_the_task_prompt_comes_first_and_is_never_said_twice(tmp_path: Path, prompt: str, observation: str,
+                                                              expected: str) -> None:
+    """The rule (`envkit.opening_text`): the task's prompt, a blank line, the first observation; the prompt left out
+    where the observation already says it. The ORS prompt and an eval's first message end the same way."""
+    from envkit.evaluate import EvalSettings, evaluate
+
+    target = load_with_prompt(tmp_path, f"    @classmethod\n    def task_prompt(cls, task):\n        return {prompt}\n")
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    path.write_text(path.read_text().replace("text=PROBLEMS[self.problem][0]", f"text={observation}"))
+    sys.modules.pop(path.stem)
+    written = resolve_target(f"{path.stem}:MathEnvironment")
+    assert ors_prompt(written.env_class) == expected
+    evaluation = evaluate(EvalSettings(env=[f"{path.stem}:MathEnvironment"], policies=["random"], games=1),
+                          say=lambda _: None)
+    first = evaluation.transcripts[0].messages[0]["content"]
+    assert first.endswith("\n\n" + expected) and first.count("What is 8 minus 3?") == 1, first
+
+
+def test_training_reads_the_task_prompt_first_as_eval_does(tmp_path: Path) -> None:
+    """`envkit train`'s episodes start as eval's games do: the task's prompt, then the first observation."""
+    target = load_with_prompt(tmp_path, "    def task_prompt(self, task):\n        return 'Submit the answer.'\n")
+    path = Path(sys.modules[target.env_class.__module__].__file__ or "")
+    done = envkit("train", "--env", f"./{path.name}:MathEnvironment", "--max-steps", "1", "--output-dir", "run",
+                  cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = json.loads((tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[0])["messages"][0]
+    assert first["content"].endswith("\n\nSubmit the answer.\n\nWhat is 6 times 7?") or \
+        first["content"].endswith("\n\nSubmit the answer.\n\nWhat is 9 plus 10?"), first
+
+
+def test_a_transcript_marks_the_tool_message_that_ended_the_episode(math_url: str) -> None:
+    """A player that goes on calling after the end (as a small model does): the call that ended the episode is
+    marked, the refused ones after it are not."""
+    from envkit.play.binding import bind
+    from envkit.play.games import play_and_score, split_games
+
+    class Persistent:
+        label = "persistent"
+
+        def respond(self, conversations: Any) -> list[dict[str, Any]]:
+            call = {"type": "function", "function": {"name": "submit", "arguments": {"answer": 5.0}}}
+            return [{"role": "assistant", "content": "", "tool_calls": [call]} for _ in conversations]
+
+    classes = {"math": bind(math_url, name="math")}
+    games = split_games("math", None, "test", 1, "Solve it.\n\n", OrsServer(math_url))
+    _, (transcript,) = play_and_score(Persistent(), games, classes, {}, max_tool_calling_iterations=3)
+    answers = [message for message in transcript.messages if message["role"] == "tool"]
+    assert [message.get("ended_episode", False) for message in answers] == [True, False, False], answers
+    assert transcript.to_json()["messages"][2]["ended_episode"] is True

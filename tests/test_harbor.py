@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 from harbor_helpers import CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_containers
 from scripted_model import ScriptedModel, text_reply, tool_reply
@@ -185,6 +186,10 @@ def test_eval_oracle_scores_one_and_doing_nothing_zero(tasks: Path, tmp_path: Pa
      "cannot be enforced"),
     (lambda task: (task / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"),
      "[verifier].timeout_sec must be a positive number"),
+    (lambda task: (task / "task.toml").write_text('[environment]\nstorage = "10 gigabytes"\n'),
+     "[environment].storage must be a size like"),
+    (lambda task: (task / "task.toml").write_text('[environment]\nmemory = "2G"\nmemory_mb = 4096\n'),
+     "is 2048 MB but memory_mb is 4096"),
 ])
 def test_a_broken_task_folder_is_one_line(tmp_path: Path, change: object, message: str) -> None:
     task = make_task(tmp_path / "tasks" / "bad", solve="true", test="true")
@@ -195,6 +200,18 @@ def test_a_broken_task_folder_is_one_line(tmp_path: Path, change: object, messag
     assert message in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     with pytest.raises(HarborTaskError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_task(task)
+
+
+@pytest.mark.parametrize(("lines", "memory_mb", "storage_mb"), [
+    ('storage = "10G"', 2048, 10240), ('memory = "512M"\nstorage = "1.5G"', 512, 1536),
+    ('memory = "4g"\nmemory_mb = 4096', 4096, 1024), ("memory_mb = 1024\nstorage_mb = 2048", 1024, 2048),
+])
+def test_the_older_size_fields_read_as_harbor_reads_them(tmp_path: Path, lines: str, memory_mb: int,
+                                                         storage_mb: int) -> None:
+    """harbor 0.25 still reads `memory` and `storage` as sizes ("10G" is 10,240 MB) where `*_mb` is not given."""
+    task = make_task(tmp_path / "sized", solve="true", test="true", toml=f"[environment]\n{lines}\n")
+    loaded = load_task(task)
+    assert (loaded.memory_mb, loaded.storage_mb) == (memory_mb, storage_mb)
 
 
 def test_images_are_cached_by_content_and_a_failed_build_names_its_log(tasks: Path, tmp_path: Path) -> None:
@@ -214,7 +231,10 @@ def test_images_are_cached_by_content_and_a_failed_build_names_its_log(tasks: Pa
         task_image(load_task(broken))
     assert _stopped_build_steps() == stopped, "the failed step's container was left behind"
     line = str(raised.value)
-    assert "\n" not in line and "building the image of task broken failed (exit code 1" in line
+    assert "\n" not in line and "building the image of task broken failed (exit code 1): at Step 2/3 : RUN echo " \
+        "about to fail && false: about to fail / The command '/bin/sh -c echo about to fail && false' returned a " \
+        "non-zero code: 1; if a step downloads (apt-get, pip, curl), it may have had no route out: build with " \
+        "ENVKIT_HARBOR_BUILD_NETWORK=host (the engine's host network); its log: " in line, line
     log = Path(line.rpartition("its log: ")[2])
     assert log.is_file() and "about to fail" in log.read_text()
 
@@ -275,3 +295,97 @@ def test_no_engine_is_one_line_not_a_traceback(tasks: Path, tmp_path: Path) -> N
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "a bug in the environment" not in done.stderr
     assert done.stderr.count("no Docker engine answers at unix://") == 2, done.stderr   # the server's log, the error
+
+
+def test_validate_warns_where_harbor_would_refuse_a_task_name(tmp_path: Path) -> None:
+    """harbor 0.25 takes a task.toml's [task].name only as org/name; envkit serves the task either way, and validate
+    says so as a warning naming the task and the fix."""
+    from envkit.publish.validate import validate_tasks
+
+    require_engine()
+    make_task(tmp_path / "tasks" / "finding-router", solve="echo hello > /app/hello.txt", test=CHECK_HELLO,
+              toml='[task]\nname = "finding-router"\n')
+    make_task(tmp_path / "tasks" / "hello", solve="echo hello > /app/hello.txt", test=CHECK_HELLO,
+              toml='[task]\nname = "envkit/hello"\n')
+    report = validate_tasks(tmp_path / "tasks")
+    check = next(check for check in report.checks if check.name == "task names")
+    assert report.ok and check.status == "warn", report.table()
+    assert check.detail == ("finding-router/task.toml: [task].name 'finding-router' is not in harbor's 'org/name' form "
+                            "(letters, digits, '.', '_' and '-' each side of one '/'), so `harbor run` refuses the "
+                            "task; name it e.g. 'my-org/finding-router'")
+
+
+def test_validate_gives_each_failed_build_a_row_of_its_own_in_full(tmp_path: Path) -> None:
+    from envkit.publish.validate import validate_tasks
+
+    require_engine()
+    for name in ("first", "second"):
+        make_task(tmp_path / "tasks" / name, solve="true", test="true",
+                  dockerfile=f"FROM python:3.11-slim\nRUN echo {name} build fails here && false\n")
+    report = validate_tasks(tmp_path / "tasks")
+    rows = {check.name: check for check in report.checks if check.name.startswith("image")}
+    assert set(rows) == {"image first", "image second"} and not report.ok, report.table()
+    for name, check in rows.items():
+        assert check.status == "fail" and "ENVKIT_HARBOR_BUILD_NETWORK=host" in check.detail
+        assert f"echo {name.split()[1]} build fails here && false' returned a non-zero code: 1;" in check.detail
+
+
+# -- the task container as harbor 0.25 makes it ------------------------------------------------------------------
+
+
+def engine_default(command: str) -> str:
+    """What `command` prints in a plain container of the base image: the engine's defaults, which harbor keeps."""
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "python:3.11-slim", "bash", "-c", command],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_per_process_limits_are_the_engines_as_in_harbor(env: EnvClient) -> None:
+    """harbor sets no rlimit: open files are the engine's default, the address space is bounded by the memory cgroup
+    only (tests/test_harbor_checks.py runs examples/harbor_tasks/open-many-files, which needs both, in harbor)."""
+    env.reset(task_id="hello")
+    limits = "ulimit -n; ulimit -Hn; ulimit -v; ulimit -t"
+    seen = env.call("run_command", command=limits)
+    assert seen.observation["output"].split()[:4] == engine_default(limits).split(), seen.text
+
+
+def test_the_log_folders_are_there_from_the_start(env: EnvClient) -> None:
+    """harbor mounts /logs/agent and /logs/verifier before the agent's turn: an agent may log there at once."""
+    env.reset(task_id="hello")
+    seen = env.call("run_command", command="ls -d /logs/agent /logs/verifier && echo ok > /logs/agent/notes.txt")
+    assert seen.observation["exit_code"] == 0, seen.text
+    assert seen.text.split()[:2] == ["/logs/agent", "/logs/verifier"]
+
+
+def test_no_host_path_reaches_a_prompt(tasks: Path, no_warm_pool: None) -> None:
+    """The folder's place on the server's machine is nobody's business: not in /metadata, not in a prompt."""
+    app = app_from_environment(harbor_environment(tasks), max_concurrent_envs=2)
+    with running_server(app) as url:
+        metadata = httpx.get(url + "/metadata", trust_env=False).json()
+        done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env-url", url, "--policy", "random",
+                               "--games", "1", "--transcripts", str(tasks.parent / "random.jsonl"), "-q"],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    first = json.loads((tasks.parent / "random.jsonl").read_text().splitlines()[0])["messages"][0]["content"]
+    for text in (json.dumps(metadata), first):
+        assert str(tasks) not in text and str(tasks.parent) not in text, text
+
+
+def test_the_oracles_and_the_verifiers_output_reach_the_transcript(tmp_path: Path) -> None:
+    """A failing oracle says why (its output and exit code), and the tests' output is in the submit's answer, as
+    harbor keeps both in its job folder."""
+    require_engine()
+    make_task(tmp_path / "tasks" / "failing", solve="echo the oracle cannot do it >&2; exit 4",
+              test=f"echo the tests looked for hello; echo 0 > {REWARD}")
+    path = tmp_path / "oracle.jsonl"
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", str(tmp_path / "tasks"), "--policy",
+                           "oracle", "--transcripts", str(path), "-q"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    turns = {turn["tool"]: turn["result"] for turn in json.loads(path.read_text())["turns"]}
+    assert "the oracle cannot do it" in turns["run_command"] and "exit code 4" in turns["run_command"]
+    assert "the tests looked for hello" in turns["submit"]
+
+
+def test_a_missing_absolute_path_is_named_as_given(env: EnvClient) -> None:
+    env.reset(task_id="hello")
+    assert env.call("read_file", path="/app/missing.txt").text == "refused: no file /app/missing.txt"
+    assert env.call("read_file", path="missing.txt").text == "refused: no file 'missing.txt' in the work folder /app"

@@ -169,6 +169,14 @@ def test_a_folder_that_is_not_an_env_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
+@pytest.mark.parametrize("folder", ["examples/harbor_tasks", "examples/harbor_tasks/count-inbox"])
+def test_a_harbor_task_folder_is_refused_in_one_line_saying_it_needs_an_engine(folder: str) -> None:
+    done = envkit("push", str(Path(__file__).resolve().parents[1] / folder), "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert "holds Harbor tasks, which a Space cannot serve" in done.stderr and "needs a Docker engine" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_push_without_a_token_says_how_to_log_in(echo_copy: Path, tmp_path: Path) -> None:
     done = envkit("push", str(echo_copy), env=hub_env(tmp_path, "http://127.0.0.1:9", token=None))
     assert done.returncode == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .environment import Action, Environment, Observation, State, UnknownSplitError
+from .environment import Action, Environment, Observation, State, UnknownSplitError, opening_text
 from .errors import (
     AuthenticationError,
     CapacityError,
@@ -44,7 +44,7 @@ __all__ = [
     "EnvConnectionError", "EnvError",
     "Environment", "EnvironmentLostError", "EnvkitError", "Metric", "Observation", "ProtocolError", "SessionLostError", "State", "StepResult",
     "SyncEnvClient", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnknownSplitError", "create_app", "run_server", "tool",
-    "tool_specs", "__version__",
+    "opening_text", "tool_specs", "__version__",
 ]
 
 

@@ -8,6 +8,7 @@ bound to a trainer, without any per-consumer glue.
 
 from __future__ import annotations
 
+import inspect
 import json
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Generic, Sequence, TypeVar
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .episode_metrics import Metric
 
-__all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError"]
+__all__ = ["Action", "Observation", "State", "Environment", "UnknownSplitError", "opening_text"]
 
 
 class Action(BaseModel):
@@ -69,6 +70,22 @@ class UnknownSplitError(KeyError):
         return self.message
 
 
+def opening_text(prompt: str | None, observation: str) -> str:
+    """What a model reads first in an episode: the task's prompt, a blank line, then the first observation's text.
+
+    The prompt is left out where the observation already holds it, so nothing is said twice; the observation's text
+    is kept as it is (a chat template reads its whitespace too).
+    """
+    prompt = (prompt or "").strip()
+    if not prompt or prompt in observation:
+        return observation
+    return f"{prompt}\n\n{observation}" if observation.strip() else prompt
+
+
+#: The methods servers call on the class, before or without an instance: an author may write them as plain
+#: methods, classmethods or staticmethods (`Environment.__init_subclass__` makes a plain one a classmethod).
+_CLASS_LEVEL = ("task_prompt", "task_instruction")
+
 ActionT = TypeVar("ActionT", bound=Action)
 ObservationT = TypeVar("ObservationT", bound=Observation)
 StateT = TypeVar("StateT", bound=State)
@@ -114,6 +131,15 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
     #: values come from `episode_metrics()`.
     METRICS: ClassVar[Sequence[Metric]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Make a `task_prompt` or `task_instruction` written as a plain method callable on the class, as servers
+        call it (no instance exists before a session opens): its `self` is then the class."""
+        super().__init_subclass__(**kwargs)
+        for name in _CLASS_LEVEL:
+            written = cls.__dict__.get(name)
+            if inspect.isfunction(written):
+                setattr(cls, name, classmethod(written))
+
     @classmethod
     def splits(cls) -> list[str]:
         """The names of the environment's task splits (e.g. `["train", "test"]`); empty when it has none."""
@@ -145,7 +171,11 @@ class Environment(ABC, Generic[ActionT, ObservationT, StateT]):
 
     @classmethod
     def task_prompt(cls, task: dict[str, Any]) -> str | None:
-        """The instruction a model starts an episode of `task` from; None: the first observation's text is enough."""
+        """The instruction a model starts an episode of `task` from; None: the first observation's text is enough.
+
+        The model reads it before the first observation's text (`opening_text`), or the observation alone where
+        that already holds it.
+        """
         return None
 
     @classmethod

@@ -9,9 +9,10 @@
      "reward": 1.0, "done": true, "lost": false, "metrics": {"won": 1, "guesses": 4, "invalid_guesses": 0}}
 
 `messages` is the chat exactly as the model saw and produced it; `turns` has one entry per tool call,
-in order. `split` and `task_index` are null for games from a dataset file or seeds. Writers may add
-fields (`step` in training, `session_id`, `lost_reason`); readers keep the ones they do not know in
-`Transcript.extra`.
+in order. In `envkit eval`'s transcripts the tool message whose call ended the episode carries
+`"ended_episode": true`: calls after it were answered by an episode that was over. `split` and `task_index` are
+null for games from a dataset file or seeds. Writers may add fields (`step` in training, `session_id`,
+`lost_reason`); readers keep the ones they do not know in `Transcript.extra`.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ def _default(name: str) -> Any:
               help="An OpenAI-compatible chat server's /v1 root (vllm serve, transformers serve, a hosted API); "
                    "key from OPENAI_API_KEY.")
 @click.option("--policy", "policies", multiple=True, metavar="NAME",
-              help="A scripted player as a baseline: solver or random (the env package's policies; random exists "
-                   "for every env). Repeatable.")
+              help="A scripted player as a baseline: random (every env: random tool calls), or one the env offers "
+                   "in TOOL_PLAYERS: solver (wordle, catch, echo, coding), random-letters (wordle), oracle (a "
+                   "Harbor task's solution) or nothing (a Harbor task left as it is). Repeatable.")
 @click.option("--games", type=int, default=None,
               help=f"Games per environment: the first N tasks of the split (or rows of --dataset). [default: "
                    f"{_default('games')}, or all when the split has fewer]")
@@ -47,7 +48,9 @@ def _default(name: str) -> Any:
 def command(env: tuple[str, ...], env_url: tuple[str, ...], models: tuple[str, ...], policies: tuple[str, ...],
             games: int | None, transcripts_path: str | None, as_json: bool, quiet: bool,
             chat_template_kwargs: dict[str, Any] | None, **options: Any) -> None:
-    """Play models or scripted policies on an environment's test tasks, all games at once, and print the table.
+    """Play models or scripted policies on an environment's test tasks and print the table.
+
+    Games play at once, as many as the server has free sessions (turn after turn when it has fewer).
 
     A local model plays through the same tool-calling loop, chat template and tool schemas as in
     `envkit train`, greedily by default. Every row has episodes, success rate with a 95% (Wilson)

@@ -49,11 +49,12 @@ def command(directory: Path, repo_id: str | None, private: bool, dry_run: bool, 
       envkit push ./my_env --repo-id alice/my_env --private
       MY_ENV_KEY=... envkit push ./my_env --api-key-env MY_ENV_KEY
     """
-    from ..publish.space import PublishError, create_space, stage_space, upload_space
+    from ..publish.space import PublishError, create_space, not_publishable, stage_space, upload_space
     from ..publish.validate import validate_folder
 
-    if not (directory / "pyproject.toml").is_file():
-        raise click.UsageError(f"{directory} is not an env folder (no pyproject.toml); pass the folder `envkit new` made")
+    problem = not_publishable(directory)
+    if problem is not None:
+        raise click.UsageError(problem)
     report = validate_folder(directory)
     if not report.ok:
         click.echo(report.table(), err=True)

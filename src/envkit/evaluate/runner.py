@@ -179,20 +179,23 @@ def evaluate(settings: EvalSettings, say: Callable[[str], None] = print) -> Eval
                 say(f"serving {env.name} on {url} (in this process)")
         urls = {env.name: str(env.url) for env in envs}
         local_model = bool(settings.models) and not settings.openai_url
-        classes = {name: bind(url, name=name, check_schemas=local_model) for name, url in urls.items()}
+        known = {env.name: env.env_class.task_prompt for env in envs if env.env_class is not None}
+        classes = {name: bind(url, name=name, check_schemas=local_model, task_prompt=known.get(name))
+                   for name, url in urls.items()}
         prompts = {name: task_prompt(name, cls.metadata) for name, cls in classes.items()}
         games = _games(settings, envs, prompts)
-        _check_capacity(urls, games)
+        slots = _slots(urls, games)
         metrics = {env.name: tuple(env.env_class.METRICS) if env.env_class is not None
                    else metrics_from_metadata(classes[env.name].metadata) for env in envs}
         listings = {name: EnvClient(url).sync().tools() for name, url in urls.items()}
         rows: list[Row] = []
         transcripts: list[Transcript] = []
         for player, iterations in _players(settings, envs, classes, listings, prompts, say):
-            say(f"playing {len(games)} games with {player.label}")
+            say(f"playing {_games_count(len(games))} with {player.label}{_at_a_time(slots, games)}")
             try:
                 played_rows, played = play_and_score(player, games, classes, metrics,
-                                                     max_tool_calling_iterations=iterations)
+                                                     max_tool_calling_iterations=iterations, slots=slots,
+                                                     ready=lambda turn: _wait_for_room(urls, turn), say=say)
             finally:
                 closer = getattr(player, "close", None)
                 if closer is not None:
@@ -233,16 +236,42 @@ def _games(settings: EvalSettings, envs: list[_Env], prompts: Mapping[str, str])
     return games
 
 
-def _check_capacity(urls: Mapping[str, str], games: Sequence[Game]) -> None:
-    from ..errors import EnvConnectionError
+def _games_count(count: int) -> str:
+    return f"{count} game" if count == 1 else f"{count} games"
 
+
+def _slots(urls: Mapping[str, str], games: Sequence[Game]) -> dict[str, int]:
+    """How many games of each environment play at once: its server's free sessions, up to its games; refuses a
+    server with none free."""
+    from ..errors import CapacityError
+
+    slots = {}
     for name, url in urls.items():
         wanted = sum(1 for game in games if game.env == name)
+        if not wanted:
+            continue
         free = free_sessions(url, wanted)
-        if free < wanted:
-            raise EnvConnectionError(url, f"{name} has room for {free} more sessions but every game plays at once "
-                                     f"({wanted} games); start the server with --max-concurrent-envs {wanted} or "
-                                     "more, or lower --games")
+        if free < 1:
+            raise CapacityError(url, f"{name} has no free session (all its --max-concurrent-envs are held); try "
+                                     "again when a session ends, or start the server with more")
+        slots[name] = min(free, wanted)
+    return slots
+
+
+def _at_a_time(slots: Mapping[str, int], games: Sequence[Game]) -> str:
+    """", N at a time (NAME has N free sessions)" where a server holds fewer sessions than its games."""
+    short = [f"{name} has {count} free sessions" for name, count in slots.items()
+             if count < sum(1 for game in games if game.env == name)]
+    return f", {min(slots.values())} at a time ({'; '.join(short)})" if short else ""
+
+
+def _wait_for_room(urls: Mapping[str, str], turn: Sequence[Game]) -> None:
+    """Wait (briefly) until each server has room for this turn's games: the turn before gives its sessions back as
+    their environments close."""
+    for name, url in urls.items():
+        wanted = sum(1 for game in turn if game.env == name)
+        if wanted:
+            free_sessions(url, wanted)
 
 
 def _players(settings: EvalSettings, envs: list[_Env], classes: Mapping[str, type[ServedEnvironment]],

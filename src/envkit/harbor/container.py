@@ -3,7 +3,8 @@
 Unlike a plain docker sandbox, its root is writable (the agent edits `/app` and may install what the image allows),
 its commands run as the image's user in the image's work folder, and file requests reach any path
 (`DockerOptions(whole_image=True)`). What it keeps: no new privileges, a small capability set, the task's CPUs,
-memory and process limits, no network unless the task's `network_mode` is "public", the label that removes it when
+memory and process limits (its commands keep the engine's rlimits, as harbor's do), /logs/agent and
+/logs/verifier from the start, no network unless the task's `network_mode` is "public", the label that removes it when
 its server died, and its end with the session.
 """
 
@@ -19,6 +20,8 @@ __all__ = ["open_task_container", "task_limits", "task_options"]
 CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 #: Processes one container may hold.
 PROCESSES = 512
+#: The folders harbor gives the agent and the tests from the start (its job folder's, mounted).
+LOG_DIRS = ("/logs/agent", "/logs/verifier")
 #: Bytes of one command's output the host keeps.
 OUTPUT_BYTES = 1_000_000
 
@@ -42,5 +45,7 @@ def open_task_container(task: HarborTask, channel_dir: str | bool | None = None)
     channel folder (`/run/envkit`, for a loop-owning agent's model server; True: a folder of its own, removed with
     it) is started for it."""
     image, workdir = task_image(task)
-    return open_sandbox("docker", limits=task_limits(task), image=image, channel_dir=channel_dir,
-                        docker=task_options(task, workdir))
+    box = open_sandbox("docker", limits=task_limits(task), image=image, channel_dir=channel_dir,
+                       docker=task_options(task, workdir))
+    box.run(["mkdir", "-p", *LOG_DIRS])   # harbor mounts them before the agent's turn
+    return box

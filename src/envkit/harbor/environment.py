@@ -292,6 +292,8 @@ class HarborEnvironment(SandboxEpisode, Environment[HarborAction, HarborObservat
             parts.append(", ".join(f"{name} {value:g}" for name, value in verdict.components.items()))
         if verdict.error:
             parts.append(verdict.error)
+        if verdict.output:
+            parts.append(f"The tests' output ends:\n{verdict.output}")
         return HarborObservation(task_id=task.name, output="\n".join(parts), reward=verdict.reward, done=True,
                                  reward_components=dict(verdict.components))
 
@@ -318,13 +320,15 @@ def harbor_environment(folder: Path | str) -> type[HarborEnvironment]:
         _REGISTRY.update(by_name)
         name = "HarborTasks_" + (re.sub(r"\W+", "_", root.name).strip("_") or "root")
         _classes[root] = type(name, (HarborEnvironment,), {
-            "__module__": __name__, "__doc__": f"The Harbor tasks of {root}.", "ROOT": root, "BY_NAME": by_name,
+            "__module__": __name__, "__doc__": f"The Harbor tasks of {root.name}.", "ROOT": root, "BY_NAME": by_name,
             "TASKS": {split: tuple({"task_id": task.name} for task in tasks) for split, tasks in splits.items()}})
     return _classes[root]
 
 
 # -- scripted players for `envkit eval --policy oracle|nothing`
 
+#: Where harbor's oracle writes solve.sh's output, and how much of its end the oracle's move shows.
+ORACLE_LOG, ORACLE_SHOWN = "/logs/agent/oracle.txt", 2000
 #: Every task of the folders loaded in this process, by name: the oracle reads its solution from here.
 _REGISTRY: dict[str, HarborTask] = {}
 
@@ -349,8 +353,9 @@ def _oracle_moves(task: HarborTask) -> list[tuple[str, dict[str, Any]]]:
                                          "content": file.read_text()}))
     env = " ".join(f"{name}={shlex.quote(value)}" for name, value in
                    {"DEBIAN_FRONTEND": "noninteractive", **task.solution_env}.items())
-    moves.append(("run_command", {"command": f"mkdir -p /logs/agent && chmod +x /solution/solve.sh && "
-                                             f"(env {env} /solution/solve.sh) > /logs/agent/oracle.txt 2>&1"}))
+    moves.append(("run_command", {"command": f"chmod +x /solution/solve.sh && (env {env} /solution/solve.sh) > "
+                                             f"{ORACLE_LOG} 2>&1; status=$?; tail -c {ORACLE_SHOWN} {ORACLE_LOG}; "
+                                             "exit $status"}))
     moves.append(("submit", {}))
     return moves
 

@@ -3,7 +3,7 @@
 Builds run on the Docker engine the sandboxes use (`DOCKER_HOST`), with the classic builder (its step containers
 removed after a failed build too), one at a time per image
 across this machine's server processes (a lock file beside the build's log). A failed build raises one line that
-names the log.
+names the step that failed, its last words, the build network setting where a download may be at fault, and the log.
 """
 
 from __future__ import annotations
@@ -82,12 +82,29 @@ def _build(task: HarborTask, tag: str) -> None:
             except subprocess.TimeoutExpired:
                 failed = f"not done in build_timeout_sec = {task.build_timeout_s:g} s"
         if failed is not None:
-            last = _last_line(log)
-            said = f"{failed}: {last}" if last else failed
-            raise ImageBuildError(f"building the image of task {task.name} failed ({said}); its log: {log}")
+            raise ImageBuildError(f"building the image of task {task.name} failed ({failed}){_why(log, network)}; "
+                                  f"its log: {log}")
         logger.info("built %s in %.1f s", tag, time.monotonic() - started)
 
 
-def _last_line(log: Path) -> str:
+#: What a build step prints when its container cannot reach the network.
+_OFFLINE = ("Temporary failure in name resolution", "Could not resolve", "Network is unreachable",
+            "Failed to establish a new connection", "Connection timed out", "No route to host",
+            "Failed to fetch", "Could not connect to")
+
+
+def _why(log: Path, network: str | None) -> str:
+    """The step that failed and its last words, whole; and, where the build had no network of its own, the setting
+    that gives it one (named whenever a download may have been what failed)."""
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
+    steps = [index for index, line in enumerate(lines) if line.startswith("Step ")]
+    after = lines[steps[-1] + 1:] if steps else lines
+    said = [line for line in after if not line.startswith(("---> ", "Removing intermediate"))][-3:]
+    parts = [f"at {lines[steps[-1]]}:" if steps else "", " / ".join(said)]
+    text = (": " + " ".join(part for part in parts if part)).rstrip(":") if any(parts) else ""
+    if network:
+        return text
+    offline = any(marker in line for line in lines for marker in _OFFLINE)
+    hint = ("its steps could not reach the network" if offline
+            else "if a step downloads (apt-get, pip, curl), it may have had no route out")
+    return f"{text}; {hint}: build with ENVKIT_HARBOR_BUILD_NETWORK=host (the engine's host network)"

@@ -156,9 +156,8 @@ def load_task(folder: Path | str) -> HarborTask:
         build_timeout_s=_positive(environment.get("build_timeout_sec"), DEFAULT_BUILD_TIMEOUT_S,
                                  f"{where}: [environment].build_timeout_sec"),
         cpus=_positive(environment.get("cpus"), DEFAULT_CPUS, f"{where}: [environment].cpus"),
-        memory_mb=int(_positive(environment.get("memory_mb"), DEFAULT_MEMORY_MB, f"{where}: [environment].memory_mb")),
-        storage_mb=int(_positive(environment.get("storage_mb"), DEFAULT_STORAGE_MB,
-                                f"{where}: [environment].storage_mb")),
+        memory_mb=_megabytes(environment, "memory", DEFAULT_MEMORY_MB, where),
+        storage_mb=_megabytes(environment, "storage", DEFAULT_STORAGE_MB, where),
         network=_network(environment, where), workdir=environment.get("workdir"),
         environment_env=_env(environment, where, "environment"), verifier_env=_env(verifier, where, "verifier"),
         solution_env=_env(solution, where, "solution"),
@@ -178,6 +177,29 @@ def _positive(value: Any, default: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise HarborTaskError(f"{what} must be a positive number; got {value!r}")
     return float(value)
+
+
+#: The older size form harbor still reads (`memory = "2G"`, `storage = "10G"`): a number and K, M or G, in MB.
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMG])\s*", flags=re.I)
+_PER_MB = {"K": 1 / 1024, "M": 1, "G": 1024}
+
+
+def _megabytes(environment: dict[str, Any], name: str, default: int, where: Path) -> int:
+    """`[environment].NAME_mb`, or the older `NAME = "10G"` as harbor reads it (G is 1024 MB); both must agree."""
+    current = f"{name}_mb"
+    megabytes = int(_positive(environment.get(current), default, f"{where}: [environment].{current}"))
+    legacy = environment.get(name)
+    if legacy is None:
+        return megabytes
+    size = _SIZE.fullmatch(legacy) if isinstance(legacy, str) else None
+    if size is None:
+        raise HarborTaskError(f"{where}: [environment].{name} must be a size like \"512M\" or \"10G\" (or give "
+                              f"{current} = a number of MB); got {legacy!r}")
+    older = int(float(size.group(1)) * _PER_MB[size.group(2).upper()])
+    if current in environment and older != megabytes:
+        raise HarborTaskError(f"{where}: [environment].{name} = {legacy!r} is {older} MB but {current} is "
+                              f"{megabytes}; give one of them")
+    return older
 
 
 def _network(environment: dict[str, Any], where: Path) -> bool:

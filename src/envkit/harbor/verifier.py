@@ -21,7 +21,7 @@ __all__ = ["Verdict", "verify", "episode_reward"]
 VERIFIER_DIR = "/logs/verifier"
 PREPARE = f"rm -f -- {VERIFIER_DIR}/reward.txt {VERIFIER_DIR}/reward.json && mkdir -p {VERIFIER_DIR} /logs/agent"
 RUN_TESTS = f"chmod +x /tests/test.sh && (/tests/test.sh) > {VERIFIER_DIR}/test-stdout.txt 2>&1"
-#: Characters of the tests' output shown when they wrote no reward.
+#: Characters of the tests' output kept (its end).
 SHOWN_CHARS = 1500
 
 
@@ -34,6 +34,8 @@ class Verdict:
     error: str | None = None
     seconds: float = 0.0
     timed_out: bool = False
+    #: The end of what the tests printed (`test-stdout.txt`), as harbor keeps it in its job folder.
+    output: str = ""
 
 
 def episode_reward(components: dict[str, float]) -> float:
@@ -50,14 +52,16 @@ def verify(box: Sandbox, task: HarborTask) -> Verdict:
     box.copy_in(task.tests_dir, "/tests")
     result = box.run(["bash", "-c", RUN_TESTS], timeout_s=task.verifier_timeout_s, env=task.verifier_env or None)
     seconds = time.monotonic() - started
+    output = _output(box)
     if result.timed_out:
         return Verdict(0.0, error=f"the tests ran past [verifier].timeout_sec = {task.verifier_timeout_s:g} s",
-                       seconds=seconds, timed_out=True)
+                       seconds=seconds, timed_out=True, output=output)
     try:
         components = _read_rewards(box)
     except ValueError as error:
-        return Verdict(0.0, error=f"{error}; the tests exited with {result.exit_code}{_tail(box)}", seconds=seconds)
-    return Verdict(episode_reward(components), components, seconds=seconds)
+        return Verdict(0.0, error=f"{error}; the tests exited with {result.exit_code}", seconds=seconds,
+                       output=output)
+    return Verdict(episode_reward(components), components, seconds=seconds, output=output)
 
 
 def _read_rewards(box: Sandbox) -> dict[str, float]:
@@ -92,11 +96,12 @@ def _number(value: object, name: str) -> float:
     return number
 
 
-def _tail(box: Sandbox) -> str:
+def _output(box: Sandbox) -> str:
+    """The last `SHOWN_CHARS` of what the tests printed ("" when they printed nothing)."""
     try:
         text = box.read_file(f"{VERIFIER_DIR}/test-stdout.txt").decode(errors="replace").strip()
     except SandboxLostError:
         raise
     except SandboxError:
         return ""
-    return f"; their output ends:\n{text[-SHOWN_CHARS:]}" if text else ""
+    return text[-SHOWN_CHARS:]

@@ -28,11 +28,12 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
 from ..client import EnvClient
+from ..environment import opening_text
 from ..errors import AuthenticationError, CapacityError, EnvConnectionError, EnvError, SessionLostError
 from ..transcripts import Turn
 from .schema import RESERVED_NAMES, BindingError, check_name, check_tool_schema, docstring, type_hint
@@ -138,6 +139,9 @@ class ServedEnvironment:
     tally: ClassVar[Tally]
     reconnect_timeout: ClassVar[float] = 0.0
     _client_options: ClassVar[dict[str, Any]]
+    #: The environment class's `task_prompt` where it is known (`bind(task_prompt=...)`); its text precedes the
+    #: first observation's.
+    _task_prompt: ClassVar[Callable[[dict[str, Any]], str | None] | None] = None
     _instances: ClassVar[weakref.WeakSet[ServedEnvironment]]
 
     def __init__(self) -> None:
@@ -177,7 +181,8 @@ class ServedEnvironment:
         self._observed(result.observation, result.metrics)
         if result.done:
             self._finish()
-        return _separated(row.get("prompt"), text)
+        instruction = self._task_prompt(kwargs) if self._task_prompt is not None else None
+        return _separated(row.get("prompt"), opening_text(instruction, text))
 
     def _reset_arguments(self, row: dict[str, Any]) -> dict[str, Any]:
         """The columns of a dataset row that `reset` takes: not `prompt` or `environment`, none that is empty, and,
@@ -391,7 +396,8 @@ def _class_name(env_name: str) -> str:
 
 
 def bind(url: str, *, name: str | None = None, tally: Tally | None = None, reconnect_timeout: float = 0.0,
-         client_options: dict[str, Any] | None = None, check_schemas: bool = True) -> type[ServedEnvironment]:
+         client_options: dict[str, Any] | None = None, check_schemas: bool = True,
+         task_prompt: Callable[[dict[str, Any]], str | None] | None = None) -> type[ServedEnvironment]:
     """The TRL environment class for the environment served at `url`.
 
     Reads `/metadata` and `/tools`, builds one method per tool, and checks that each method's
@@ -408,6 +414,8 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
         client_options: keyword arguments for each episode's `EnvClient` (timeouts, headers).
         check_schemas: check each method against the listing as TRL renders it (imports transformers); players
             that never render schemas (scripted policies) may skip it.
+        task_prompt: the environment class's `task_prompt`, where it is known here: `reset` then returns the task's
+            prompt before the first observation, as `envkit.opening_text` joins them.
     """
     probe = EnvClient(url, **(client_options or {})).sync()
     metadata = probe.metadata()
@@ -416,7 +424,8 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
     return make_class(ServedEnvironment, env_name, url, listing, metadata=metadata, tally=tally,
                       check_schemas=check_schemas,
                       component_names=tuple(_reported_components(url, client_options or {})),
-                      reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}))
+                      reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}),
+                      _task_prompt=staticmethod(task_prompt) if task_prompt is not None else None)
 
 
 def make_class(base: type[ServedEnvironment], env_name: str, url: str, listing: Sequence[dict[str, Any]], *,

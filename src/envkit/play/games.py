@@ -1,14 +1,14 @@
 """Which games an evaluation plays (tasks of an environment's split, or rows of a dataset file), and playing them.
 
 A game's prompt is built as `envkit train` builds its rows' prompts (the environment's `/metadata`
-prompt or description, `envkit.play.tasks.task_prompt`), followed by the task's own instruction when
-the environment gives one (`Environment.task_prompt`). The first observation is appended to it when
-the game starts, as TRL does.
+prompt or description, `envkit.play.tasks.task_prompt`). When the game starts, the bound environment's `reset`
+text is appended to it, as TRL appends it: the task's own prompt (`Environment.task_prompt`, where the class is
+known) and the first observation, as `envkit.opening_text` joins them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..environment import Environment, UnknownSplitError
@@ -20,16 +20,9 @@ from .loop import Conversation, Game, Player, play
 from .table import Row, row_for
 from .tasks import file_rows
 
-__all__ = ["TaskSource", "split_games", "dataset_games", "game_prompt", "play_and_score", "transcript_of"]
+__all__ = ["TaskSource", "split_games", "dataset_games", "waves", "play_and_score", "transcript_of"]
 
 NOT_TASK = ("prompt", "environment")
-
-
-def game_prompt(base: str, env_class: type[Environment] | None, task: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chat a game starts from: the environment's prompt, then the task's instruction if it has one."""
-    instruction = env_class.task_prompt(dict(task)) if env_class is not None else None
-    content = base + (instruction.rstrip() + "\n\n" if instruction else "")
-    return [{"role": "user", "content": content}]
 
 
 class TaskSource(Protocol):
@@ -63,7 +56,7 @@ def split_games(env: str, env_class: type[Environment] | None, split: str, games
     if count > len(tasks):
         raise ConfigurationError(f"--games {count}: {env} split {split!r} has only {len(tasks)} tasks; ask for "
                                  f"{len(tasks)} or fewer, or give --dataset")
-    return [Game(env, dict(tasks[index]), game_prompt(base_prompt, env_class, tasks[index]), split, index)
+    return [Game(env, dict(tasks[index]), [{"role": "user", "content": base_prompt}], split, index)
             for index in range(count)]
 
 
@@ -90,18 +83,51 @@ def transcript_of(label: str, conversation: Conversation, **extra: Any) -> Trans
     details: dict[str, Any] = {"session_id": episode.session_id, **extra}
     if episode.lost:
         details["lost_reason"] = episode.lost
-    return Transcript(model=label, env=game.env, task=dict(game.task),
-                      messages=[chat_message(message) for message in conversation.messages],
+    messages = [chat_message(message) for message in conversation.messages]
+    ending = next((index for index, turn in enumerate(episode.turns) if turn.done), None)
+    answers = [message for message in messages if message["role"] == "tool"]
+    if ending is not None and ending < len(answers):   # the k-th tool message answers the k-th call
+        answers[ending]["ended_episode"] = True
+    return Transcript(model=label, env=game.env, task=dict(game.task), messages=messages,
                       turns=list(episode.turns), reward=episode.reward, done=episode.done,
                       lost=episode.lost is not None, metrics=dict(episode.metrics), split=game.split,
                       task_index=game.task_index, extra=details)
 
 
+def waves(games: Sequence[Game], slots: Mapping[str, int]) -> list[list[Game]]:
+    """`games` in turns that hold at most `slots[env]` games of each environment, in the order given."""
+    left, turns = list(games), []
+    while left:
+        taken: dict[str, int] = {}
+        turn, rest = [], []
+        for game in left:
+            room = taken.get(game.env, 0) < slots.get(game.env, len(games))
+            (turn if room else rest).append(game)
+            taken[game.env] = taken.get(game.env, 0) + room
+        turns.append(turn)
+        left = rest
+    return turns
+
+
 def play_and_score(player: Player, games: Sequence[Game], classes: Mapping[str, type[ServedEnvironment]],
-                   metrics: Mapping[str, Sequence[Metric]], *, max_tool_calling_iterations: int
-                   ) -> tuple[list[Row], list[Transcript]]:
-    """Play `games` with `player` and return a row per environment and a transcript per game."""
-    conversations = play(player, games, dict(classes), max_tool_calling_iterations=max_tool_calling_iterations)
+                   metrics: Mapping[str, Sequence[Metric]], *, max_tool_calling_iterations: int,
+                   slots: Mapping[str, int] | None = None, ready: Callable[[list[Game]], None] | None = None,
+                   say: Callable[[str], None] | None = None) -> tuple[list[Row], list[Transcript]]:
+    """Play `games` with `player` and return a row per environment and a transcript per game.
+
+    With `slots`, at most `slots[env]` games of an environment play at once: turn after turn, `ready` called before
+    each (to wait for the servers' room) and `say` told the games played after each.
+    """
+    turns = waves(games, slots) if slots else [list(games)]
+    conversations: list[Conversation] = []
+    for turn in turns:
+        if ready is not None:
+            ready(turn)
+        conversations += play(player, turn, dict(classes), max_tool_calling_iterations=max_tool_calling_iterations)
+        if say is not None and len(turns) > 1:
+            say(f"played {len(conversations)} of {len(games)} games")
+    place = {id(game): index for index, game in enumerate(games)}
+    conversations.sort(key=lambda conversation: place[id(conversation.game)])
     rows = []
     for env in dict.fromkeys(game.env for game in games):
         chosen = [conversation for conversation in conversations if conversation.game.env == env]

@@ -34,8 +34,8 @@ from ..app.targets import read_manifest
 from ..errors import ConfigurationError, EnvkitError
 from ..protocol import API_KEY_ENV
 
-__all__ = ["PublishError", "StagedSpace", "HubSpace", "build_envkit_wheel", "stage_space", "create_space", "upload_space",
-           "check_repo_id", "STAGED_MARKER"]
+__all__ = ["PublishError", "StagedSpace", "HubSpace", "not_publishable", "build_envkit_wheel", "stage_space",
+           "create_space", "upload_space", "check_repo_id", "STAGED_MARKER"]
 
 #: Left in a staged folder so a later staging may replace it; never uploaded.
 STAGED_MARKER = ".envkit-staged"
@@ -65,6 +65,19 @@ class StagedSpace:
 
 
 # -- the envkit wheel ----------------------------------------------------------------------------
+
+
+def not_publishable(directory: Path) -> str | None:
+    """Why `directory` cannot become a Space, in one line; None for an env folder (its pyproject.toml)."""
+    if (directory / "pyproject.toml").is_file():
+        return None
+    from ..harbor import is_task_collection
+
+    if is_task_collection(directory):
+        return (f"{directory} holds Harbor tasks, which a Space cannot serve: each session runs in a task container, "
+                "so where it is served needs a Docker engine (a Space has none); serve it with `envkit serve "
+                f"{directory}` on a machine with one (DOCKER_HOST), and publish the task folders as they are")
+    return f"{directory} is not an env folder (no pyproject.toml); pass the folder `envkit new` made"
 
 
 def build_envkit_wheel(directory: Path) -> Path:

@@ -52,6 +52,8 @@ class Report:
 
     target: str
     checks: list[Check] = field(default_factory=list)
+    #: The checks ran against a server: an error the server's own machine caused is said to be the server's.
+    served: bool = False
 
     @property
     def ok(self) -> bool:
@@ -60,6 +62,11 @@ class Report:
     def add(self, name: str, problems: list[str], passed: str, *, warn: bool = False) -> bool:
         """Record `name` as passed (with `passed` as detail) or as failed/warned with its problems."""
         if problems:
+            fault = server_fault(" ".join(problems)) if self.served else None
+            if fault is not None:
+                self.checks.append(Check(name, "fail", f"the server's fault, not the environment's code or examples: "
+                                                       f"{fault}; {'; '.join(problems)}"))
+                return False
             self.checks.append(Check(name, "warn" if warn else "fail", "; ".join(problems)))
             return False
         self.checks.append(Check(name, "ok", passed))
@@ -189,15 +196,33 @@ def validate_tasks(folder: Path) -> Report:
     report.add("solutions", [f"task {task.name} has no solution/solve.sh: `envkit eval --policy oracle` cannot play it"
                              for task in tasks if not (task.solution_dir / "solve.sh").is_file()],
                f"{len(tasks)} task(s), each with solution/solve.sh", warn=True)
-    problems = []
-    for task in tasks:
+    named = [problem for task in tasks if (problem := _harbor_name_problem(task.path))]
+    report.add("task names", named, "every [task].name is as harbor takes it (org/name) or left out", warn=True)
+    failed = 0
+    for task in tasks:   # a row per failed build: each says the step, its words and the network setting in full
         try:
             task_image(task)
         except (HarborTaskError, SandboxUnavailableError) as error:
-            problems.append(str(error))
-    report.add("images", problems, f"{len(tasks)} image(s) built from environment/ (or found built)")
+            failed += not report.add(f"image {task.name}", [str(error)], "")
+    if not failed:
+        report.add("images", [], f"{len(tasks)} image(s) built from environment/ (or found built)")
     _check_environment(report, target, {})
     return report
+
+
+#: The package names harbor 0.25 takes in a task.toml's [task].name (its constants' ORG_NAME_PATTERN), ".." aside.
+_HARBOR_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*")
+
+
+def _harbor_name_problem(task: Path) -> str | None:
+    """Why harbor would refuse the task's [task].name, which envkit itself does not need; None when it would not."""
+    package = tomllib.loads((task / "task.toml").read_text()).get("task")
+    name = package.get("name") if isinstance(package, dict) else None
+    if name is None or (isinstance(name, str) and _HARBOR_NAME.fullmatch(name) and ".." not in name):
+        return None
+    return (f"{task.name}/task.toml: [task].name {name!r} is not in harbor's 'org/name' form (letters, digits, '.', "
+            "'_' and '-' each side of one '/'), so `harbor run` refuses the task; name it e.g. "
+            f"'my-org/{task.name}'")
 
 
 def validate_class(spec: str) -> Report:
@@ -271,7 +296,29 @@ def _check_tasks(report: Report, env_class: Any) -> None:
                         'dataset from splits; declare TASKS = {"train": [...], "test": [...]} (each task the '
                         "keyword arguments of one reset)")
     counts = ", ".join(f"{split} ({count})" for split, count in splits.items())
+    wrong = _task_prompt_problem(env_class)
+    if wrong is not None:
+        report.add("tasks", [wrong], "")
+        return
     report.add("tasks", problems, f"splits: {counts}", warn=True)
+
+
+def _task_prompt_problem(env_class: Any) -> str | None:
+    """What is wrong with `task_prompt` of each split's first task, called on the class as every server calls it."""
+    for split in env_class.splits():
+        tasks = env_class.tasks(split)
+        if not tasks:
+            continue
+        try:
+            prompt = env_class.task_prompt(dict(tasks[0]))
+        except Exception as error:
+            return (f"{env_class.__qualname__}.task_prompt(task 0 of {split!r}) raised {type(error).__name__}: "
+                    f"{error}; it is called on the class, before a session opens, so it may read the task and class "
+                    "attributes only")
+        if prompt is not None and not isinstance(prompt, str):
+            return (f"{env_class.__qualname__}.task_prompt returned {type(prompt).__name__}; return a str, or None "
+                    "when the first observation says it all")
+    return None
 
 
 def _check_limits(report: Report, target: Any, image_settings: dict[str, str]) -> None:
@@ -334,7 +381,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
     """
     from ..client import EnvClient
 
-    report = Report(url)
+    report = Report(url, served=True)
     client = EnvClient(url, connect_timeout=timeout, message_timeout=timeout)
     health: dict[str, Any] | None = None
     try:
@@ -394,6 +441,7 @@ async def validate_url(url: str, *, timeout: float = 10.0) -> Report:
 def check_ors(report: Report, url: str, timeout: float = 10.0) -> None:
     """The ORS routes as the openreward SDK uses them: catalogue, tools, one session (prompt, a tool call, delete),
     and that refusals come back in the ORS shape. Blocking (HTTP); every check is named `ors ...`."""
+    report.served = True
     try:
         server = OrsServer(url, timeout=timeout)
         splits = {split: server.num_tasks(split) for split in server.splits()}
@@ -462,9 +510,13 @@ def _check_ors_refusals(report: Report, server: OrsServer, split: str | None, co
             problems.append(f"an index past the end got {error}; expected a 4xx refusal")
     except EnvkitError as error:
         problems.append(f"an index past the end: {error}")
-    session = None
     try:
         session = server.open(split=split, index=0) if split else server.open(task_spec={})
+    except EnvkitError:   # the session check says why; an unknown tool needs an open session to be asked about
+        report.add("ors refusals", problems, "a bad task index is refused in the ORS shape (no session opened "
+                                             "to ask about an unknown tool: see ors session)")
+        return
+    try:
         session.call("no_such_tool_here", {})
         problems.append("an unknown tool was answered with ok: true")
     except EnvError as error:
@@ -473,8 +525,7 @@ def _check_ors_refusals(report: Report, server: OrsServer, split: str | None, co
     except EnvkitError as error:
         problems.append(f"an unknown tool: {error}")
     finally:
-        if session is not None:
-            session.close()
+        session.close()
     report.add("ors refusals", problems, "a bad task index and an unknown tool are refused in the ORS shape")
 
 
@@ -513,7 +564,7 @@ async def _check_episode(report: Report, client: Any, action: dict[str, Any], ac
         report.add("step", [], f"action {action} → reward {result.reward}, done {result.done}")
     except ClientError as error:
         message = error.message if isinstance(error, EnvError) else ""
-        hint = "" if is_refusal(message) else f"; {_example_hint(action_schema)}"
+        hint = "" if is_refusal(message) or server_fault(message) else f"; {_example_hint(action_schema)}"
         report.add("step", [_refusal_note(f"action {action}: {error}", message, action_schema) + hint], "",
                    warn=_refused_input(error))
     finally:
@@ -532,6 +583,22 @@ def _refused_input(error: ClientError) -> bool:
 #: How every surface words an environment's `ValueError`: `ValueError: ...` (/ws, /mcp), `tool raised ValueError: ...`
 #: (ORS).
 _REFUSAL = re.compile(r"(?:^|\braised )ValueError: ")
+
+
+#: Errors a server's machine causes, not the environment's code or a check's made-up input, with what is missing.
+_SERVER_FAULTS = (
+    (re.compile(r"\bSandboxUnavailableError\b|no sandbox backend here"),
+     "it cannot open a sandbox: its machine has no sandbox backend the environment can use"),
+    (re.compile(r"no Docker engine answers|the docker sandbox needs the docker command|\bImageBuildError\b"),
+     "it has no Docker engine, or cannot build the task's image, where the environment needs one"),
+    (re.compile(r"\b(?:ModuleNotFoundError|ImportError)\b"),
+     "its environment imports a module the server's image does not have (add it to the dependencies)"),
+)
+
+
+def server_fault(message: str) -> str | None:
+    """What the server's own machine lacks, when `message` reports an error it caused; None otherwise."""
+    return next((lacks for pattern, lacks in _SERVER_FAULTS if pattern.search(message)), None)
 
 
 def is_refusal(message: str) -> bool:
@@ -554,6 +621,12 @@ def _example_hint(schema: dict[str, Any]) -> str:
     name = next(iter(schema.get("required") or properties), "value")
     kind = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}.get(
         str((properties.get(name) or {}).get("type")), "str")
+    allowed = (properties.get(name) or {}).get("enum")
+    if allowed:   # every value is legal to the schema: which one is legal now depends on the episode
+        kind = f"Literal[{', '.join(repr(value) for value in allowed)}]"
+        return (f"{allowed[0]!r} was the first of {name}'s allowed values; to have one legal at the start sent, "
+                f"give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a tool, `{name}: "
+                f"{kind} = Field(examples=[...])` on an Action")
     return (f"to have a legal one sent, give it an example: `{name}: Annotated[{kind}, Field(examples=[...])]` on a "
             f"tool, `{name}: {kind} = Field(examples=[...])` on an Action")
 

@@ -224,7 +224,9 @@ class Sandbox:
 
     backend: ClassVar[str]
     workdir: str = WORKDIR
-    #: File requests stay inside `workdir`; a sandbox that is its user's whole world (a task's container) is not.
+    #: File requests stay inside `workdir` and commands start under the limits' rlimits; a sandbox that is its user's
+    #: whole world (a task's container) is neither: any path is reachable and its processes keep the engine's
+    #: per-process limits, as harbor's task containers do (its cgroups bound memory and processes).
     confined: bool = True
 
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
@@ -253,7 +255,7 @@ class Sandbox:
 
     def _options(self) -> dict[str, Any]:
         """What the supervisor is told at start (its second argument)."""
-        return {"workdir": self.workdir, "confined": self.confined}
+        return {"workdir": self.workdir, "confined": self.confined, "rlimits": self.confined}
 
     def _environment(self) -> dict[str, str] | None:
         """The supervisor's environment variables; default this process's (a backend's wrapper clears them)."""

@@ -24,6 +24,9 @@ import time
 #: The work folder commands run in; file requests stay inside it unless the sandbox is not confined (options).
 WORKDIR = "/work"
 CONFINED = True
+#: Whether commands start under the sandbox's rlimits (options); a whole-image container keeps the engine's, as
+#: harbor's task containers do, its memory and processes bounded by its cgroups.
+RLIMITS = True
 #: Whether this supervisor is process 1 of the sandbox's pid namespace; else it confines itself (confine.py, sent ahead).
 PROCESS_ONE = True
 #: Whether other processes (the server, other sandboxes) run as this supervisor's uid, and count against its limit.
@@ -107,7 +110,7 @@ def run(request, limits):
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    cwd=WORKDIR, start_new_session=True, pass_fds=pass_fds,
                                    env={**os.environ, **request["env"]} if request.get("env") else None,
-                                   preexec_fn=command_limits(limits))
+                                   preexec_fn=command_limits(limits) if RLIMITS else None)
     except OSError as error:
         return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(
             f"{argv[0]}: {error.strerror}\n".encode()).decode(), "timed_out": False, "truncated": False,
@@ -209,7 +212,7 @@ def resolve(path, must_exist):
     if CONFINED and full != WORKDIR and not full.startswith(WORKDIR + "/"):
         raise PathRefused(f"{path!r} leads outside the work folder {WORKDIR}")
     if must_exist and not os.path.lexists(full):
-        raise PathRefused(f"no file {path!r} in the work folder")
+        raise PathRefused(f"no file {path}" if os.path.isabs(path) else f"no file {path!r} in the work folder {WORKDIR}")
     return full
 
 
@@ -266,10 +269,11 @@ HANDLERS = {"run": run, "write": write, "read": read, "unpack": unpack}
 
 
 def main():
-    global WORKDIR, CONFINED, PROCESS_ONE, WRITABLE, SHARED_UID
+    global WORKDIR, CONFINED, RLIMITS, PROCESS_ONE, WRITABLE, SHARED_UID
     limits = json.loads(sys.argv[1])
     options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     WORKDIR, CONFINED = options.get("workdir", WORKDIR), options.get("confined", CONFINED)
+    RLIMITS = options.get("rlimits", RLIMITS)
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
     enforced = {}

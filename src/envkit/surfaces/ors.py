@@ -45,7 +45,7 @@ from starlette.requests import Request
 from ..core.eager import Resumed, first_step
 from ..core.served_env import ServedEnv, SessionRefused
 from ..core.sessions import Session, new_session_id
-from ..environment import Environment, Observation, UnknownSplitError
+from ..environment import Environment, Observation, UnknownSplitError, opening_text
 from ..protocol import CloseCode, FrameError, to_json, tool_result_payload
 from ..tools import ToolSpec
 from ..version import __version__
@@ -256,8 +256,7 @@ class OrsSurface(ExchangeEndpoint):
                     first = await session.reset(self.served.reset_kwargs(task))
                 if not isinstance(first, Observation):
                     raise TypeError(f"reset() returned {type(first).__name__}, expected an Observation")
-                parts = (self.env_class.task_prompt(task), first.as_text())
-                prompt = "\n\n".join(part.strip() for part in parts if part)
+                prompt = opening_text(self.env_class.task_prompt(task), first.as_text().strip())
             except Exception as error:
                 await session.end(CloseCode.NORMAL, "the task could not be started")
                 if isinstance(error, FrameError):

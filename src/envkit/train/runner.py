@@ -130,7 +130,9 @@ def _bind(settings: TrainSettings, name: str, url: str) -> type[ServedEnvironmen
             raise ConfigurationError(f"{name} at {url} has no {TRAIN_SPLIT} split, and its first, {TEST_SPLIT}, is "
                                      "what evaluation plays: name another with --split, or pass --train-on-test")
         return cls
-    return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout)
+    known = _env_classes(settings.env).get(name) if settings.env else None
+    return bind(url, name=name, reconnect_timeout=settings.reconnect_timeout,
+                task_prompt=known.task_prompt if known is not None else None)
 
 
 def _tasks(settings: TrainSettings, classes: Mapping[str, type[ServedEnvironment]]
@@ -397,7 +399,8 @@ class _Evaluation:
 
         self.settings, self.say = settings, say
         env_classes = _env_classes(settings.env or list(urls))
-        self.classes = {name: bind(url, name=name) for name, url in urls.items()}
+        self.classes = {name: bind(url, name=name, task_prompt=env_classes[name].task_prompt if name in env_classes
+                                   else None) for name, url in urls.items()}
         self.metrics: dict[str, Any] = {}
         self.games: list[Any] = []
         for name, cls in self.classes.items():
