@@ -1,0 +1,124 @@
+"""OpenEnv environments served by envkit unchanged: environments written by us against OpenEnv 0.10's API
+(tests/openenv_envs: an MCP one in OpenEnv's folder layout, a `WeightedSum`/`Gate` rubric, a discounted
+`TrajectoryRubric`) give OpenEnv's own client the same observations and rewards, step by step over seeded
+episodes, under `envkit serve` as under OpenEnv's own server. envkit serves them from a venv holding openenv 0.10
+(fastmcp 3, mcp 1.x) that also sees the test runner's packages, as a user installs envkit beside openenv.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import third_party_python
+from envkit.testing import ServedProcess, free_port
+
+ENVS = Path(__file__).resolve().parent / "openenv_envs"
+PEER = Path(__file__).resolve().parent / "openenv_peer"
+GUESS = f"{ENVS / 'rubric_games.py'}:GuessEnvironment"
+WALK = f"{ENVS / 'rubric_games.py'}:WalkEnvironment"
+
+
+@pytest.fixture(scope="module")
+def openenv_envkit_python() -> str:
+    """openenv 0.10 in its own venv, which also sees the runner's packages (envkit among them)."""
+    return third_party_python("openenv-envkit", "openenv==0.10.0", "openenv", "ENVKIT_OPENENV_ENVKIT_PYTHON",
+                              sees_runner=True)
+
+
+@contextmanager
+def envkit_serving(python: str, target: str, *args: str) -> Iterator[str]:
+    served = ServedProcess(target, *args, startup_timeout=60)
+    served.command[0] = python
+    with served:
+        yield served.url
+
+
+@contextmanager
+def openenv_serving(python: str, target: str) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([python, str(PEER / "serve_openenv.py"), target, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", trust_env=False, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "OpenEnv's server did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def play(python: str, url: str, actions: list[dict], seeds: list[int]) -> list[dict]:
+    done = subprocess.run([python, str(PEER / "play_seeded.py"), url, json.dumps(actions), *map(str, seeds)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def without_metadata(lines: list[dict]) -> list[dict]:
+    """The lines with the observations' metadata left out (envkit adds the rubric's components there)."""
+    return [{**line, "observation": {key: value for key, value in line["observation"].items() if key != "metadata"}}
+            for line in lines]
+
+
+@pytest.mark.parametrize(("target", "actions"), [
+    (GUESS, [{"guess": guess} for guess in (5, 2, 7, 3)]),
+    (WALK, [{"direction": direction} for direction in (1, -1, 1, 1, 1, 1)]),
+], ids=["weighted_sum_gate", "trajectory"])
+def test_same_rewards_under_openenv_and_envkit(openenv_envkit_python: str, target: str, actions: list[dict]) -> None:
+    seeds = [0, 1, 2, 3]
+    with openenv_serving(openenv_envkit_python, target) as url:
+        theirs = play(openenv_envkit_python, url, actions, seeds)
+    with envkit_serving(openenv_envkit_python, target) as url:
+        ours = play(openenv_envkit_python, url, actions, seeds)
+    assert len(ours) == len(theirs) > len(seeds)
+    assert without_metadata(ours) == without_metadata(theirs)
+    assert any(line["reward"] not in (0, 0.0, None) for line in theirs)
+
+
+def test_rubric_leaves_are_components_and_the_trajectory_is_discounted(openenv_envkit_python: str) -> None:
+    with envkit_serving(openenv_envkit_python, GUESS) as url:
+        metrics = [metric["name"] for metric in httpx.get(url + "/metadata", trust_env=False).json()["metrics"]]
+        lines = play(openenv_envkit_python, url, [{"guess": 9}], [0])
+    assert metrics == ["rubric_0", "rubric_1_rubric", "rubric_2"]
+    components = lines[-1]["observation"]["metadata"]["reward_components"]
+    assert set(components) == set(metrics)
+    assert lines[-1]["reward"] == pytest.approx(0.5 * components["rubric_0"] + 0.4 * components["rubric_1_rubric"]
+                                                + 0.1 * components["rubric_2"])
+    with envkit_serving(openenv_envkit_python, WALK) as url:
+        lines = play(openenv_envkit_python, url, [{"direction": 1}] * 3, [0])
+    assert lines[-1]["done"] and lines[-1]["reward"] == 1.0
+    assert lines[-1]["observation"]["metadata"]["step_rewards"] == {"rubric": pytest.approx([0.81, 0.9, 1.0])}
+
+
+def test_mcp_environment_folder_serves_its_tools(openenv_envkit_python: str) -> None:
+    with envkit_serving(openenv_envkit_python, str(ENVS / "tally_env"), "--max-concurrent-envs", "4") as url:
+        listed = httpx.get(url + "/tools", trust_env=False).json()
+        done = subprocess.run([openenv_envkit_python, str(PEER / "tally_tools.py"), url], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = sorted(tool["function"]["name"] if "function" in tool else tool["name"]
+                   for tool in (listed["tools"] if isinstance(listed, dict) else listed))
+    assert names == ["add", "read"]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"tools": ["add", "read"], "results": [8, 12, 12]}
+
+
+def test_import_envkit_never_imports_openenv() -> None:
+    done = subprocess.run([sys.executable, "-c", "import sys, envkit, envkit.app.targets, envkit.rubrics; "
+                           "print('openenv' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
