@@ -2,7 +2,8 @@
 
     python play_seeded.py URL ACTIONS_JSON SEED...   → one JSON line per reset and step
 
-Each episode resets with its seed and then steps the actions in order until one ends it.
+Each episode resets with its seed and then steps the actions in order until one ends it. ACTIONS_JSON may
+instead be `{"legal": FIELD}`: up to 30 steps, each taking the last of the observation's `legal_actions` as FIELD.
 """
 
 import json
@@ -16,8 +17,9 @@ with GenericEnvClient(base_url=url).sync() as env:
         result = env.reset(seed=seed)
         print(json.dumps({"seed": seed, "observation": result.observation, "reward": result.reward,
                           "done": result.done}))
-        for action in actions:
+        moves = actions if isinstance(actions, list) else [None] * 30
+        for action in moves:
             if result.done:
                 break
-            result = env.step(action)
+            result = env.step(action or {actions["legal"]: result.observation["legal_actions"][-1]})
             print(json.dumps({"observation": result.observation, "reward": result.reward, "done": result.done}))

@@ -222,7 +222,7 @@ def _target_from_folder(folder: Path) -> EnvTarget:
         target = _target_from_class(env_class, str(folder))
         target.name, target.root = folder.name, folder
         return target
-    if is_openenv_folder(folder):
+    if is_openenv_folder(folder) and "[tool.envkit]" not in _text(folder / "pyproject.toml"):
         found = read_openenv_folder(folder)
         target = _openenv_target(found.factory, found.action_cls, found.observation_cls, found.name)
         target.root = folder
@@ -238,6 +238,10 @@ def _target_from_folder(folder: Path) -> EnvTarget:
     target.name = manifest.get("name", folder.name)
     target.root, target.manifest = folder, manifest
     return target
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def _openenv_target(factory: Any, action_cls: type, observation_cls: type, name: str) -> EnvTarget:

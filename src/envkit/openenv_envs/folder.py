@@ -41,8 +41,8 @@ class OpenEnvApp:
 
 
 def is_openenv_folder(folder: Path) -> bool:
-    """Whether `folder` is an OpenEnv environment folder (`openenv.yaml` beside `server/`)."""
-    return (folder / "openenv.yaml").is_file()
+    """Whether `folder` is an OpenEnv environment folder: `openenv.yaml`, or `server/app.py` (some have no yaml)."""
+    return (folder / "openenv.yaml").is_file() or (folder / "server" / "app.py").is_file()
 
 
 def is_openenv_class(value: Any) -> bool:
@@ -54,6 +54,8 @@ def is_openenv_class(value: Any) -> bool:
 def _app_spec(folder: Path) -> str:
     import yaml
 
+    if not (folder / "openenv.yaml").is_file():
+        return "server.app:app"
     try:
         manifest = yaml.safe_load((folder / "openenv.yaml").read_text()) or {}
     except yaml.YAMLError as error:
@@ -95,8 +97,14 @@ def _recording(calls: list[OpenEnvApp]) -> Iterator[None]:
                 home.create_app = value
 
 
+_READ: dict[Path, OpenEnvApp] = {}
+
+
 def read_openenv_folder(folder: Path) -> OpenEnvApp:
-    """Import `folder`'s app module, as OpenEnv's server would, and return what its `create_app` was given."""
+    """Import `folder`'s app module, as OpenEnv's server would, and return what its `create_app` was given
+    (once per folder: a module imports once)."""
+    if folder in _READ:
+        return _READ[folder]
     module_name = _app_spec(folder).partition(":")[0]
     for path in (folder.parent, folder):
         if str(path) not in sys.path:
@@ -113,6 +121,6 @@ def read_openenv_folder(folder: Path) -> OpenEnvApp:
     if not calls:
         raise ConfigurationError(f"{folder}: {module_name} never calls openenv's create_app(EnvClass, Action, "
                                  "Observation); serve its environment as module:Class instead")
-    found = calls[-1]
+    found = _READ[folder] = calls[-1]
     found.name = found.name or folder.name
     return found

@@ -7,7 +7,9 @@
 - `reset`/`step` call OpenEnv's, and `reset_async`/`step_async` exist where the class overrides them
   (the session pool then awaits them, as OpenEnv's server does); `state`, `close`,
   `SUPPORTS_CONCURRENT_SESSIONS` and `get_metadata()` carry over;
-- an `MCPEnvironment`'s tools become envkit tools (`tools.mcp_tool_methods`);
+- an `MCPEnvironment`'s tools become envkit tools (`tools.mcp_tool_methods`); any other environment gets one
+  tool, `act`, taking its Action's fields (`tools.action_tool_method`), so agents, `eval` and `train` can play it;
+- it gets seeded task splits (`SEEDED_TASKS`: train seeds 0-999, test seeds 1000-1099);
 - its rubric (`self.rubric`, OpenEnv's classes) is read after every step: each named leaf becomes a reward
   component in `metadata["reward_components"]` and an evaluation column (`METRICS`).
 """
@@ -20,9 +22,9 @@ from typing import Any, Callable
 
 from ..environment import Action, Environment, Observation
 from ..rubrics import component_names, components, report_components, rubric_metrics
-from .tools import mcp_tool_methods
+from .tools import ACT, action_tool_method, mcp_tool_methods
 
-__all__ = ["wrap_openenv", "openenv_metadata"]
+__all__ = ["wrap_openenv", "openenv_metadata", "SEEDED_TASKS"]
 
 
 def _mirror(model: type, base: type, cache: dict[type, type]) -> type:
@@ -34,6 +36,10 @@ def _mirror(model: type, base: type, cache: dict[type, type]) -> type:
     return mirrored
 
 
+#: OpenEnv environments list no tasks; envkit gives them seeded splits, so `eval`, `train` and ORS have episodes to
+#: play (a reset that takes no seed gets none, as under OpenEnv's server).
+SEEDED_TASKS = {"train": [{"seed": seed} for seed in range(1000)],
+                "test": [{"seed": seed} for seed in range(1000, 1100)]}
 _ACTIONS: dict[type, type] = {}
 _OBSERVATIONS: dict[type, type] = {}
 
@@ -67,7 +73,8 @@ def wrap_openenv(factory: Callable[[], Any], action_cls: type, observation_cls: 
     probe = factory()
     try:
         openenv_class = openenv_class or type(probe)
-        tools = mcp_tool_methods(probe)
+        asynchronous = _overrides(openenv_class, "step_async")
+        tools = mcp_tool_methods(probe, asynchronous)
         rubric = getattr(probe, "rubric", None)
         metadata = openenv_metadata(probe)
         leaves = component_names(rubric) if rubric is not None else []
@@ -76,23 +83,36 @@ def wrap_openenv(factory: Callable[[], Any], action_cls: type, observation_cls: 
         probe.close()
     envkit_action = _mirror(action_cls, Action, _ACTIONS)
     envkit_observation = _mirror(observation_cls, Observation, _OBSERVATIONS)
+    if not tools and "type" not in envkit_action.model_fields:
+        tools = {ACT: action_tool_method(envkit_action, asynchronous)}
     namespace: dict[str, Any] = {
         "__doc__": openenv_class.__doc__, "__module__": openenv_class.__module__,
         "SUPPORTS_CONCURRENT_SESSIONS": bool(getattr(openenv_class, "SUPPORTS_CONCURRENT_SESSIONS", False)),
-        "METRICS": metrics, "OPENENV_CLASS": openenv_class, "REWARD_COMPONENTS": tuple(leaves),
-        **tools, **_methods(factory, envkit_observation, openenv_class),
+        "METRICS": metrics, "TASKS": SEEDED_TASKS, "OPENENV_CLASS": openenv_class, "REWARD_COMPONENTS": tuple(leaves),
+        **tools, **_methods(factory, openenv_class),
     }
     served = types.new_class(name or openenv_class.__name__, (Environment[envkit_action, envkit_observation, Any],),
                              exec_body=lambda body: body.update(namespace))
     return served, envkit_action, envkit_observation, metadata
 
 
-def _methods(factory: Callable[[], Any], observation_cls: type, openenv_class: type) -> dict[str, Any]:
+def _accepted(method: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    """The keyword arguments `method` takes, of those given (all with `**kwargs`), as OpenEnv's server passes them:
+    a `reset(self)` gets no seed."""
+    parameters = list(inspect.signature(method).parameters.values())[1:]
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return lambda **given: given
+    names = {parameter.name for parameter in parameters}
+    return lambda **given: {name: value for name, value in given.items() if name in names}
+
+
+def _methods(factory: Callable[[], Any], openenv_class: type) -> dict[str, Any]:
     """reset, step, state, close and episode_metrics over the wrapped instance (`self.openenv`)."""
 
     def received(self: Any, observation: Any) -> Any:
         rubric = getattr(self.openenv, "rubric", None)
-        served = observation_cls.model_construct(_fields_set=observation.model_fields_set, **observation.__dict__)
+        served_cls = _mirror(type(observation), Observation, _OBSERVATIONS)   # the class it returned, as OpenEnv sends
+        served = served_cls.model_construct(_fields_set=observation.model_fields_set, **observation.__dict__)
         if rubric is not None:
             report_components(served, rubric)
         return served
@@ -101,13 +121,13 @@ def _methods(factory: Callable[[], Any], observation_cls: type, openenv_class: t
         self.openenv = factory()
 
     def reset(self: Any, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
-        return received(self, self.openenv.reset(seed=seed, episode_id=episode_id, **kwargs))
+        return received(self, self.openenv.reset(**takes_sync(seed=seed, episode_id=episode_id, **kwargs)))
 
     def step(self: Any, action: Any) -> Any:
         return received(self, self.openenv.step(action))
 
     async def reset_async(self: Any, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
-        return received(self, await self.openenv.reset_async(seed=seed, episode_id=episode_id, **kwargs))
+        return received(self, await self.openenv.reset_async(**takes_async(seed=seed, episode_id=episode_id, **kwargs)))
 
     async def step_async(self: Any, action: Any) -> Any:
         return received(self, await self.openenv.step_async(action))
@@ -122,12 +142,10 @@ def _methods(factory: Callable[[], Any], observation_cls: type, openenv_class: t
         rubric = getattr(self.openenv, "rubric", None)
         return components(rubric) if rubric is not None else {}
 
-    signature = inspect.signature(openenv_class.reset)
-    reset.__signature__ = signature  # type: ignore[attr-defined]
+    takes_sync, takes_async = _accepted(openenv_class.reset), _accepted(openenv_class.reset_async)
     methods: dict[str, Any] = {"__init__": __init__, "reset": reset, "step": step, "state": property(state),
                                "close": close, "episode_metrics": episode_metrics}
     if _overrides(openenv_class, "reset_async"):
-        reset_async.__signature__ = inspect.signature(openenv_class.reset_async)  # type: ignore[attr-defined]
         methods["reset_async"] = reset_async
     if _overrides(openenv_class, "step_async"):
         methods["step_async"] = step_async

@@ -276,8 +276,8 @@ class ServedEnvironment:
             self.episode.observation = observation
         if metrics is not None:
             self.episode.metrics = dict(metrics)
-        reported = observation.get("reward_components") if isinstance(observation, dict) else None
-        if isinstance(reported, dict):
+        reported = reported_components(observation)
+        if reported:
             self.episode.components = {name: float(value) for name, value in reported.items()
                                        if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
@@ -471,8 +471,19 @@ def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
     """Names of the reward components a fresh episode reports (`reward_components` in its observation)."""
     with EnvClient(url, **client_options).sync() as probe:
         observation = probe.reset().observation
-    reported = observation.get("reward_components") if isinstance(observation, dict) else None
-    return sorted(reported) if isinstance(reported, dict) else []
+    reported = reported_components(observation)
+    return sorted(reported) if reported else []
+
+
+def reported_components(observation: Any) -> dict[str, Any] | None:
+    """An observation's reward components: its `reward_components` field, or `metadata["reward_components"]`
+    (where envkit reports a rubric's named leaves for environments whose models have no such field)."""
+    if not isinstance(observation, dict):
+        return None
+    reported = observation.get("reward_components")
+    if not isinstance(reported, dict) and isinstance(observation.get("metadata"), dict):
+        reported = observation["metadata"].get("reward_components")
+    return reported if isinstance(reported, dict) else None
 
 
 def environment_factory(urls: str | Sequence[str] | Mapping[str, str], *, tally: Tally | None = None,
