@@ -17,11 +17,11 @@ from .apply import report_components, score, score_async
 from .base import Rubric, Score
 from .components import component_names, components, rubric_metrics, step_rewards
 from .containers import Gate, RubricDict, RubricList, Sequential, WeightedSum
-from .judge import JudgeEndpoint, JudgeUsage, LLMJudge, judge_usage
+from .judge import JudgeEndpoint, JudgeUsage, LLMJudge, judge_metrics, judge_usage
 from .trajectory import ExponentialDiscountingTrajectoryRubric, TrajectoryRubric
 
 __all__ = [
     "Rubric", "Score", "WeightedSum", "Gate", "Sequential", "RubricList", "RubricDict", "TrajectoryRubric",
-    "ExponentialDiscountingTrajectoryRubric", "LLMJudge", "JudgeEndpoint", "JudgeUsage", "judge_usage", "score",
+    "ExponentialDiscountingTrajectoryRubric", "LLMJudge", "JudgeEndpoint", "JudgeUsage", "judge_usage", "judge_metrics", "score",
     "score_async", "report_components", "component_names", "components", "rubric_metrics", "step_rewards",
 ]

@@ -24,9 +24,10 @@ from typing import Any
 
 import httpx
 
+from ..episode_metrics import Metric
 from .base import Rubric
 
-__all__ = ["LLMJudge", "JudgeEndpoint", "JudgeUsage", "judge_usage"]
+__all__ = ["LLMJudge", "JudgeEndpoint", "JudgeUsage", "judge_usage", "judge_metrics"]
 
 logger = logging.getLogger("envkit.judge")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -202,3 +203,11 @@ def judge_usage(rubric: Any) -> dict[str, float]:
         for name in ("calls", "tokens", "unparsable", "failures"):
             setattr(total, name, getattr(total, name) + getattr(judge.usage, name))
     return total.as_metrics()
+
+
+def judge_metrics() -> tuple[Metric, ...]:
+    """The evaluation columns of `judge_usage`: totals over episodes."""
+    return (Metric("judge_calls", "judge calls", "sum", description="calls sent to the judge, retries included"),
+            Metric("judge_tokens", "judge tokens", "sum", description="tokens the judge's endpoint reported"),
+            Metric("judge_unparsable", "judge unparsable", "sum", description="answers with no score in them"),
+            Metric("judge_failures", "judge failures", "sum", description="judgements the endpoint never answered"))
