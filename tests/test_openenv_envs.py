@@ -8,6 +8,7 @@ episodes, under `envkit serve` as under OpenEnv's own server. envkit serves them
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,12 +20,14 @@ import httpx
 import pytest
 
 from conftest import third_party_python
-from envkit.testing import ServedProcess, free_port
+from envkit.testing import ServedProcess, free_port, running_server
+from judge_server import judge_app
 
 ENVS = Path(__file__).resolve().parent / "openenv_envs"
 PEER = Path(__file__).resolve().parent / "openenv_peer"
 GUESS = f"{ENVS / 'rubric_games.py'}:GuessEnvironment"
 WALK = f"{ENVS / 'rubric_games.py'}:WalkEnvironment"
+JUDGED = f"{ENVS / 'rubric_games.py'}:JudgedEnvironment"
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,40 @@ def test_same_rewards_under_openenv_and_envkit(openenv_envkit_python: str, targe
     assert len(ours) == len(theirs) > len(seeds)
     assert without_metadata(ours) == without_metadata(theirs)
     assert any(line["reward"] not in (0, 0.0, None) for line in theirs)
+
+
+def test_llm_judge_gives_the_same_rewards(openenv_envkit_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenEnv's `LLMJudge` (its `OpenAIClient`) asks a real chat endpoint on 127.0.0.1 (`judge_server.py`, scripted)."""
+    calls: list[str] = []
+    with running_server(judge_app(calls)) as judge:
+        monkeypatch.setenv("JUDGE_URL", judge + "/v1")
+        actions = [{"text": "so kind"}, {"text": "refuse"}]
+        with openenv_serving(openenv_envkit_python, JUDGED) as url:
+            theirs = play(openenv_envkit_python, url, actions, [0, 1])
+        with envkit_serving(openenv_envkit_python, JUDGED) as url:
+            ours = play(openenv_envkit_python, url, actions, [0, 1])
+    assert without_metadata(ours) == without_metadata(theirs)
+    assert [line["reward"] for line in ours] == [None, 1.0, 0.0] * 2
+    assert len(calls) == 8
+
+
+def test_evaluated_and_trained_with_rubric_columns(openenv_envkit_python: str, tmp_path: Path) -> None:
+    """`envkit eval` (a random policy) and `envkit train` (the tiny model, 2 GRPO steps on CPU) in the venv that holds
+    openenv; the rubric's leaves are the table's columns and the run's metrics."""
+    evaluated = subprocess.run([openenv_envkit_python, "-m", "envkit.cli", "eval", "--env", GUESS, "--policy", "random",
+                                "--games", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    header = next(line for line in evaluated.stdout.splitlines() if line.startswith("model"))
+    assert "rubric 0" in header and "rubric 1 rubric" in header and "rubric 2" in header
+    trained = subprocess.run([openenv_envkit_python, "-m", "envkit.cli", "train", "--env", GUESS, "--max-steps", "2",
+                              "--reward", "env", "--reward", "rubric_1_rubric=0.5", "--json"],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    summary = json.loads(trained.stdout)
+    assert summary["steps"] == 2 and summary["lost"] == 0
+    assert {"GuessEnvironment_rubric_0", "GuessEnvironment_rubric_1_rubric", "GuessEnvironment_rubric_2"} <= set(
+        summary["end"])
 
 
 def test_rubric_leaves_are_components_and_the_trajectory_is_discounted(openenv_envkit_python: str) -> None:

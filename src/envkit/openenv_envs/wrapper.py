@@ -81,6 +81,8 @@ def wrap_openenv(factory: Callable[[], Any], action_cls: type, observation_cls: 
         metrics = rubric_metrics(rubric) if rubric is not None else ()
     finally:
         probe.close()
+    if leaves:
+        metadata["rubric_components"] = leaves   # `envkit train` logs each as a metric
     envkit_action = _mirror(action_cls, Action, _ACTIONS)
     envkit_observation = _mirror(observation_cls, Observation, _OBSERVATIONS)
     if not tools and "type" not in envkit_action.model_fields:

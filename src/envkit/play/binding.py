@@ -415,7 +415,7 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
     env_name = name or str(metadata.get("name") or "env")
     return make_class(ServedEnvironment, env_name, url, listing, metadata=metadata, tally=tally,
                       check_schemas=check_schemas,
-                      component_names=tuple(_reported_components(url, client_options or {})),
+                      component_names=tuple(_reported_components(url, client_options or {}, metadata)),
                       reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}))
 
 
@@ -467,12 +467,14 @@ def free_sessions(url: str, wanted: int, *, wait_s: float = 30.0) -> int:
         time.sleep(0.2)
 
 
-def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
-    """Names of the reward components a fresh episode reports (`reward_components` in its observation)."""
+def _reported_components(url: str, client_options: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
+    """Names of the reward components a fresh episode reports (`reward_components` in its observation), and those of
+    its rubric (`rubric_components` in `/metadata`: its leaves score only once a move is made)."""
     with EnvClient(url, **client_options).sync() as probe:
         observation = probe.reset().observation
-    reported = reported_components(observation)
-    return sorted(reported) if reported else []
+    reported = reported_components(observation) or {}
+    published = metadata.get("rubric_components")
+    return sorted({*reported, *(published if isinstance(published, list) else ())})
 
 
 def reported_components(observation: Any) -> dict[str, Any] | None:
