@@ -6,7 +6,8 @@
   OpenEnv action its `step` expects and the observation it returns is sent as it is (one shallow copy);
 - `reset`/`step` call OpenEnv's, and `reset_async`/`step_async` exist where the class overrides them
   (the session pool then awaits them, as OpenEnv's server does); `state`, `close`,
-  `SUPPORTS_CONCURRENT_SESSIONS` and `get_metadata()` carry over;
+  `SUPPORTS_CONCURRENT_SESSIONS` and `get_metadata()` carry over (and envkit's `RUN_INLINE`, which OpenEnv
+  ignores, where the class sets it: its sync steps then run on the event loop instead of a worker thread);
 - an `MCPEnvironment`'s tools become envkit tools (`tools.mcp_tool_methods`); any other environment gets one
   tool, `act`, taking its Action's fields (`tools.action_tool_method`), so agents, `eval` and `train` can play it;
 - it gets seeded task splits (`SEEDED_TASKS`: train seeds 0-999, test seeds 1000-1099);
@@ -90,6 +91,7 @@ def wrap_openenv(factory: Callable[[], Any], action_cls: type, observation_cls: 
     namespace: dict[str, Any] = {
         "__doc__": openenv_class.__doc__, "__module__": openenv_class.__module__,
         "SUPPORTS_CONCURRENT_SESSIONS": bool(getattr(openenv_class, "SUPPORTS_CONCURRENT_SESSIONS", False)),
+        "RUN_INLINE": bool(getattr(openenv_class, "RUN_INLINE", False)),
         "METRICS": metrics, "TASKS": SEEDED_TASKS, "OPENENV_CLASS": openenv_class, "REWARD_COMPONENTS": tuple(leaves),
         **tools, **_methods(factory, openenv_class),
     }
