@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import third_party_python
+from conftest import chat_server_process, third_party_python
 from envkit.testing import ServedProcess, free_port, running_server
 from judge_server import judge_app
 
@@ -39,7 +39,7 @@ def openenv_envkit_python() -> str:
 
 @contextmanager
 def envkit_serving(python: str, target: str, *args: str) -> Iterator[str]:
-    served = ServedProcess(target, *args, startup_timeout=60)
+    served = ServedProcess(target, *args, startup_timeout=180)
     served.command[0] = python
     with served:
         yield served.url
@@ -47,23 +47,12 @@ def envkit_serving(python: str, target: str, *args: str) -> Iterator[str]:
 
 @contextmanager
 def openenv_serving(python: str, target: str) -> Iterator[str]:
+    """OpenEnv's own server for `target` (`openenv_peer/serve_openenv.py`) on a free 127.0.0.1 port."""
     port = free_port()
-    process = subprocess.Popen([python, str(PEER / "serve_openenv.py"), target, str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", trust_env=False, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "OpenEnv's server did not start"
-            time.sleep(0.2)
+    with tempfile.TemporaryDirectory() as logs, \
+            chat_server_process([python, str(PEER / "serve_openenv.py"), target, str(port)], port,
+                                Path(logs) / "openenv.log", env=dict(os.environ), start_timeout=180) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def play(python: str, url: str, actions: list[dict], seeds: list[int]) -> list[dict]:
@@ -82,7 +71,9 @@ def without_metadata(lines: list[dict]) -> list[dict]:
 @pytest.mark.parametrize(("target", "actions"), [
     (GUESS, [{"guess": guess} for guess in (5, 2, 7, 3)]),
     (WALK, [{"direction": direction} for direction in (1, -1, 1, 1, 1, 1)]),
-], ids=["weighted_sum_gate", "trajectory"])
+    (str(ENVS / "tally_env"), [{"type": "call_tool", "tool_name": "add", "arguments": {"amount": amount}}
+                               for amount in (3, 4)]),
+], ids=["weighted_sum_gate", "trajectory", "mcp_folder"])
 def test_same_rewards_under_openenv_and_envkit(openenv_envkit_python: str, target: str, actions: list[dict]) -> None:
     seeds = [0, 1, 2, 3]
     with openenv_serving(openenv_envkit_python, target) as url:
@@ -91,7 +82,7 @@ def test_same_rewards_under_openenv_and_envkit(openenv_envkit_python: str, targe
         ours = play(openenv_envkit_python, url, actions, seeds)
     assert len(ours) == len(theirs) > len(seeds)
     assert without_metadata(ours) == without_metadata(theirs)
-    assert any(line["reward"] not in (0, 0.0, None) for line in theirs)
+    assert any(line["reward"] not in (0, 0.0, None) for line in theirs) or "tally" in target
 
 
 def test_llm_judge_gives_the_same_rewards(openenv_envkit_python: str, monkeypatch: pytest.MonkeyPatch) -> None:

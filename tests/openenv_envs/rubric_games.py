@@ -87,7 +87,7 @@ class WalkEnvironment(Environment[MoveAction, WalkObservation, State]):
         super().__init__(rubric=ReachedGoal(gamma=0.9))
         self._state, self._position = State(), 0
 
-    def reset(self, seed=None, episode_id=None, **kwargs) -> WalkObservation:
+    def reset(self, episode_id=None) -> WalkObservation:   # takes no seed: servers must not pass one
         self._reset_rubric()
         self._position = 0
         self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
