@@ -120,3 +120,19 @@ def test_judge_calls_of_one_prompt_in_flight_are_shared(judge_url: tuple[str, li
         return await asyncio.gather(*(judge(ReplyAction(text="kind words"), None) for judge in judges))
 
     assert asyncio.run(judge_many()) == [0.9] * 5 and len(calls) == 1
+
+
+def test_an_async_tool_of_a_threaded_environment_is_judged(judge_url: tuple[str, list[str]],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`reply` is an `async def` tool of an environment that is not RUN_INLINE: it runs on the server's loop, where
+    its judge's client lives, and its observation brings the reward and the components with it."""
+    url, _ = judge_url
+    monkeypatch.setenv("JUDGE_URL", url)
+    app = create_app(JudgedReplies, ReplyAction, ReplyObservation, max_concurrent_envs=2)
+    with running_server(app) as served, EnvClient(served).sync() as env:
+        env.reset()
+        result = env.call("reply", text="so kind")
+        metrics = result.metrics
+    assert result.reward == pytest.approx(0.2 + 0.8 * 0.9)
+    assert result.observation["reward_components"] == {"brevity": 1.0, "judge": 0.9}
+    assert metrics is not None and metrics["judge"] == 0.9 and metrics["judge_calls"] == 1
