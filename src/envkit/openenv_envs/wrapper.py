@@ -92,7 +92,7 @@ def wrap_openenv(factory: Callable[[], Any], action_cls: type, observation_cls: 
         "__doc__": openenv_class.__doc__, "__module__": openenv_class.__module__,
         "SUPPORTS_CONCURRENT_SESSIONS": bool(getattr(openenv_class, "SUPPORTS_CONCURRENT_SESSIONS", False)),
         "RUN_INLINE": bool(getattr(openenv_class, "RUN_INLINE", False)),
-        "METRICS": metrics, "TASKS": SEEDED_TASKS, "OPENENV_CLASS": openenv_class, "REWARD_COMPONENTS": tuple(leaves),
+        "METRICS": metrics, "TASKS": SEEDED_TASKS,
         **tools, **_methods(factory, openenv_class),
     }
     served = types.new_class(name or openenv_class.__name__, (Environment[envkit_action, envkit_observation, Any],),

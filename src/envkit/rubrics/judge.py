@@ -22,7 +22,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 
 from ..episode_metrics import Metric
 from .base import Rubric
@@ -73,6 +72,8 @@ class _JudgeClient:
     """One endpoint's pooled client on one event loop: concurrency bound, in-flight sharing, answer cache."""
 
     def __init__(self, endpoint: JudgeEndpoint) -> None:
+        import httpx   # loaded when a judge first asks: serving an environment without one never needs it
+
         self.endpoint = endpoint
         key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -107,6 +108,8 @@ class _JudgeClient:
         return answer, True
 
     async def _send(self, prompt: str) -> _Answer:
+        import httpx
+
         body = {"model": self.endpoint.model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": self.endpoint.max_tokens, "temperature": 0.0}
         calls = tokens = 0
