@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-ORDER = ["envkit", "openenv", "fastapi", "picows"]
+ORDER = ["envkit", "openenv", "envkit-openenv", "fastapi", "picows"]
 SURFACE_LABELS = {"ws": "`/ws` step", "mcp": "MCP `tools/call` (`/mcp`)", "ors": "ORS `/call` (server-sent events)",
                   "http-floor": "a bare Starlette POST route (the floor of an HTTP call)"}
 

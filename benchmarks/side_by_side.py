@@ -4,7 +4,9 @@
     python benchmarks/side_by_side.py --quick      # smaller loads, about 3 minutes
 
 Servers: (a) envkit (`envkit serve echo`), (b) OpenEnv 0.10.0 from PyPI in its own venv
-(benchmarks/.venv-openenv, created when missing), (c) a minimal FastAPI handler on uvicorn, (d) a
+(benchmarks/.venv-openenv, created when missing), (b') that OpenEnv environment class, unchanged, served by envkit
+(`envkit serve ./openenv_echo.py:EchoEnvironment`, in benchmarks/.venv-openenv-envkit: openenv 0.10.0, seeing this
+interpreter's packages, envkit among them), (c) a minimal FastAPI handler on uvicorn, (d) a
 bare picows server, the reference of what a Python server can do on one core; on envkit, a `/ws`
 step, an MCP `tools/call` and an ORS `/call` are compared too (`envkit bench --protocol`).
 Each server runs pinned to core 0 and the load generator to core 1 (when there are two
@@ -27,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +44,7 @@ OPENENV_VENV = HERE / ".venv-openenv"
 OPENENV_REQUIREMENT = "openenv==0.10.0"
 SERVER_CORE, LOAD_CORE = 0, 1
 MAX_SESSIONS = "20000"
-SERVER_KEYS = ("envkit", "openenv", "fastapi", "picows")
+SERVER_KEYS = ("envkit", "openenv", "envkit-openenv", "fastapi", "picows")
 #: The surfaces of envkit's default server compared per call (`envkit bench --protocol`).
 SURFACES = ("ws", "mcp", "ors")
 
@@ -146,11 +149,29 @@ ENVKIT_SERVE = [sys.executable, "-m", "envkit.cli", "serve", "echo", "--port", "
                 MAX_SESSIONS, "--log-level", "warning"]
 
 
-def build_servers(openenv: str, log_dir: Path) -> list[Server]:
+def openenv_envkit_python() -> str:
+    """A venv with openenv 0.10.0 that also sees this interpreter's packages (envkit, its server's dependencies):
+    where envkit serves an OpenEnv environment (created when missing)."""
+    home = HERE / ".venv-openenv-envkit"
+    python = home / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(home)], check=True)
+    site = next(home.glob("lib/python*/site-packages"))
+    (site / "_runner_site.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    if subprocess.run([str(python), "-c", "import openenv"], capture_output=True).returncode != 0:
+        print(f"installing {OPENENV_REQUIREMENT} into {home} (once)", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", OPENENV_REQUIREMENT], check=True)
+    return str(python)
+
+
+def build_servers(openenv: str, openenv_envkit: str, log_dir: Path) -> list[Server]:
     return [
         Server("envkit", "envkit", ENVKIT_SERVE, log_dir),
         Server("openenv", "OpenEnv 0.10.0", [openenv, "openenv_echo.py", "--port", "{port}",
                                              "--max-concurrent-envs", MAX_SESSIONS], log_dir),
+        Server("envkit-openenv", "envkit serving the OpenEnv class",
+               [openenv_envkit, "-m", "envkit.cli", "serve", "./openenv_echo.py:EchoEnvironment", "--port", "{port}",
+                "--max-concurrent-envs", MAX_SESSIONS, "--log-level", "warning"], log_dir),
         Server("fastapi", "minimal FastAPI", [sys.executable, "fastapi_echo.py", "--port", "{port}"], log_dir),
         Server("picows", "bare picows", [sys.executable, "picows_echo.py", "--port", "{port}"], log_dir),
     ]
@@ -312,7 +333,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown server(s) {', '.join(sorted(unknown))}; choose from {', '.join(SERVER_KEYS)}")
     openenv = openenv_python(args.openenv_python) if "openenv" in selected else ""
-    servers = [server for server in build_servers(openenv, args.out / "logs") if server.key in selected]
+    openenv_envkit = openenv_envkit_python() if "envkit-openenv" in selected else ""
+    servers = [server for server in build_servers(openenv, openenv_envkit, args.out / "logs")
+               if server.key in selected]
     report: dict[str, Any] = {"machine": machine(), "levels": levels, "rounds": rounds, "servers": {}}
     envkit = next((server for server in servers if server.key == "envkit"), None)
     if envkit is not None:

@@ -4,6 +4,9 @@ The models and the environment mirror envkit's bundled echo field for field; eve
 OpenEnv's server as installed from PyPI, started the way its generated apps start (`uvicorn.run`).
 
     benchmarks/.venv-openenv/bin/python benchmarks/servers/openenv_echo.py --port 8002
+
+The same class, unchanged, is what envkit serves in the side-by-side's `envkit-openenv` row
+(`envkit serve ./openenv_echo.py:EchoEnvironment`, from a venv holding openenv).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class EchoObservation(Observation):
     message_length: int = Field(default=0, description="Length of the echoed message")
 
 
-class EchoEnvironment(Environment):
+class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self) -> None:

@@ -171,8 +171,9 @@ def to_json(value: Any, beyond_plain: int = _ANY_KEYS) -> bytes:
 
 
 def encode(frame: dict[str, Any]) -> str:
-    """Serialise one frame to JSON text (numpy values as JSON; keys must be strings)."""
-    return to_json(frame, orjson.OPT_SERIALIZE_NUMPY).decode()
+    """Serialise one frame to JSON text (numpy values as JSON; integer keys as strings, as pydantic's JSON mode
+    writes them: OpenEnv environments keep such keys in their state and observations)."""
+    return to_json(frame).decode()
 
 
 def observation_payload(observation: Observation) -> dict[str, Any]:

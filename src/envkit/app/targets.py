@@ -5,6 +5,9 @@ file (`./guess.py:GuessEnvironment`).
 
 A folder of Harbor tasks (or one task: a folder with `task.toml`) is served by `envkit.harbor`.
 
+An OpenEnv environment folder (`openenv.yaml`, `server/app.py`) and `module:Class` of an OpenEnv `Environment` or
+`MCPEnvironment` subclass are served by `envkit.openenv_envs`, unchanged; the openenv package must be installed.
+
 An env folder is a Space-ready package whose `pyproject.toml` has a `[tool.envkit]` table:
 
     [tool.envkit]
@@ -36,6 +39,7 @@ from typing import Any
 
 from ..environment import Action, Environment, Observation
 from ..errors import ConfigurationError
+from ..openenv_envs import is_openenv_class, is_openenv_folder, read_openenv_folder
 from .settings import ServerSettings
 
 __all__ = ["EnvTarget", "resolve_target", "bundled_envs", "app_from_environment", "environment_models"]
@@ -92,8 +96,9 @@ def app_from_environment(env_class: type[Environment], *, env_name: str | None =
     from .asgi import create_app
 
     action_cls, observation_cls = environment_models(env_class)
+    metadata = dict(getattr(env_class, "OPENENV_METADATA", {}))
     settings = settings or ServerSettings.from_environment(concurrent=env_class.SUPPORTS_CONCURRENT_SESSIONS)
-    return create_app(env_class, action_cls, observation_cls, env_name=env_name,
+    return create_app(env_class, action_cls, observation_cls, env_name=env_name, metadata=metadata,
                       settings=ServerSettings.of(settings, **setting_values))
 
 
@@ -217,6 +222,11 @@ def _target_from_folder(folder: Path) -> EnvTarget:
         target = _target_from_class(env_class, str(folder))
         target.name, target.root = folder.name, folder
         return target
+    if is_openenv_folder(folder) and "[tool.envkit]" not in _text(folder / "pyproject.toml"):
+        found = read_openenv_folder(folder)
+        target = _openenv_target(found.factory, found.action_cls, found.observation_cls, found.name)
+        target.root = folder
+        return target
     manifest = read_manifest(folder)
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
@@ -230,8 +240,41 @@ def _target_from_folder(folder: Path) -> EnvTarget:
     return target
 
 
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def _openenv_target(factory: Any, action_cls: type, observation_cls: type, name: str) -> EnvTarget:
+    """An OpenEnv environment, wrapped as an envkit class (`envkit.openenv_envs`)."""
+    from ..openenv_envs import wrap_openenv
+
+    env_class, action, observation, metadata = wrap_openenv(factory, action_cls, observation_cls, name=name)
+    env_class.OPENENV_METADATA = metadata
+    return EnvTarget(name, env_class, action, observation)
+
+
 def _target_from_class(value: Any, spec: str) -> EnvTarget:
+    if is_openenv_class(value):
+        action_cls, observation_cls = _openenv_models(value, spec)
+        return _openenv_target(value, action_cls, observation_cls, value.__name__)
     if not (isinstance(value, type) and issubclass(value, Environment)):
         raise TargetError(f"{spec} is {value!r}, not an envkit Environment subclass")
     action_cls, observation_cls = environment_models(value)
     return EnvTarget(value.__name__, value, action_cls, observation_cls)
+
+
+def _openenv_models(env_class: type, spec: str) -> tuple[type, type]:
+    """The (Action, Observation) an OpenEnv class declares via `Environment[A, O, S]` (`MCPEnvironment`s that
+    name none take OpenEnv's `CallToolAction` and `CallToolObservation`)."""
+    for klass in env_class.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            args = typing.get_args(base)
+            if len(args) >= 2 and all(isinstance(arg, type) for arg in args[:2]):
+                return args[0], args[1]
+    if hasattr(env_class, "get_callables") or any(klass.__name__ == "MCPEnvironment" for klass in env_class.__mro__):
+        from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+        return CallToolAction, CallToolObservation
+    raise TargetError(f"{spec}: {env_class.__qualname__} does not name its models; declare it as "
+                      "`class MyEnv(Environment[MyAction, MyObservation, State])` or serve its folder "
+                      "(openenv.yaml, server/app.py)")

@@ -108,12 +108,12 @@ class Session:
         return self.has_reset or self._allows_step_before_reset
 
     async def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """Call environment code where it belongs: on the loop if inline or async, else on a worker.
+        """Call environment code where it belongs: on the loop if inline or a coroutine function, else on a worker.
 
         `function` is positional-only, so that every keyword (an argument named `function` too) reaches it.
         """
         try:
-            if self._inline:
+            if self._inline or inspect.iscoroutinefunction(function):   # an `async def` tool runs on the loop
                 result = function(*args, **kwargs)
             else:
                 result = await self.pool.run_in_worker(partial(function, *args, **kwargs))

@@ -281,8 +281,8 @@ class ServedEnvironment:
             self.episode.observation = observation
         if metrics is not None:
             self.episode.metrics = dict(metrics)
-        reported = observation.get("reward_components") if isinstance(observation, dict) else None
-        if isinstance(reported, dict):
+        reported = reported_components(observation)
+        if reported:
             self.episode.components = {name: float(value) for name, value in reported.items()
                                        if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
@@ -423,7 +423,7 @@ def bind(url: str, *, name: str | None = None, tally: Tally | None = None, recon
     env_name = name or str(metadata.get("name") or "env")
     return make_class(ServedEnvironment, env_name, url, listing, metadata=metadata, tally=tally,
                       check_schemas=check_schemas,
-                      component_names=tuple(_reported_components(url, client_options or {})),
+                      component_names=tuple(_reported_components(url, client_options or {}, metadata)),
                       reconnect_timeout=reconnect_timeout, _client_options=dict(client_options or {}),
                       _task_prompt=staticmethod(task_prompt) if task_prompt is not None else None)
 
@@ -476,12 +476,25 @@ def free_sessions(url: str, wanted: int, *, wait_s: float = 30.0) -> int:
         time.sleep(0.2)
 
 
-def _reported_components(url: str, client_options: dict[str, Any]) -> list[str]:
-    """Names of the reward components a fresh episode reports (`reward_components` in its observation)."""
+def _reported_components(url: str, client_options: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
+    """Names of the reward components a fresh episode reports (`reward_components` in its observation), and those of
+    its rubric (`rubric_components` in `/metadata`: its leaves score only once a move is made)."""
     with EnvClient(url, **client_options).sync() as probe:
         observation = probe.reset().observation
-    reported = observation.get("reward_components") if isinstance(observation, dict) else None
-    return sorted(reported) if isinstance(reported, dict) else []
+    reported = reported_components(observation) or {}
+    published = metadata.get("rubric_components")
+    return sorted({*reported, *(published if isinstance(published, list) else ())})
+
+
+def reported_components(observation: Any) -> dict[str, Any] | None:
+    """An observation's reward components: its `reward_components` field, or `metadata["reward_components"]`
+    (where envkit reports a rubric's named leaves for environments whose models have no such field)."""
+    if not isinstance(observation, dict):
+        return None
+    reported = observation.get("reward_components")
+    if not isinstance(reported, dict) and isinstance(observation.get("metadata"), dict):
+        reported = observation["metadata"].get("reward_components")
+    return reported if isinstance(reported, dict) else None
 
 
 def environment_factory(urls: str | Sequence[str] | Mapping[str, str], *, tally: Tally | None = None,

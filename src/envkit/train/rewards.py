@@ -113,6 +113,7 @@ def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type
             functions.append(_user_function(choice.name))
             envs = [""]
         weights.extend([choice.weight] * len(envs))
+    _log_rubric_components(functions, weights, classes)
     names = [function.__name__ for function in functions]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -120,6 +121,19 @@ def reward_functions(choices: Sequence[RewardChoice], classes: Mapping[str, type
     if functions:
         functions[0] = _counting_lost(functions[0], observe)
     return functions, weights
+
+
+def _log_rubric_components(functions: list[Callable[..., list[float | None]]], weights: list[float],
+                           classes: Mapping[str, type[ServedEnvironment]]) -> None:
+    """Each rubric component an environment publishes (`rubric_components` in its `/metadata`) and no `--reward`
+    chose, as a reward of weight 0: TRL logs it, so it is a column of the run's metrics."""
+    chosen = {function.__name__ for function in functions}
+    for env, cls in classes.items():
+        published = cls.metadata.get("rubric_components")
+        for name in published if isinstance(published, list) else ():
+            if f"{env}_{name}" not in chosen:
+                functions.append(_scorer(f"{env}_{name}", env, _component(str(name))))
+                weights.append(0.0)
 
 
 def _envs_for(choice: RewardChoice, classes: Mapping[str, type[ServedEnvironment]]) -> list[str]:
