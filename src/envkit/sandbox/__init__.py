@@ -22,14 +22,14 @@ import shutil
 import tempfile
 from typing import Callable, TypeVar
 
-from .base import (CHANNEL, RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
-                   SandboxUnavailableError, clip)
+from .base import (CHANNEL, RunResult, Sandbox, SandboxBusyError, SandboxError, SandboxLimits, SandboxLostError,
+                   SandboxPathError, SandboxUnavailableError, clip)
 from .docker import DockerOptions, docker_facilities
 from .episode import SandboxEpisode
 from .pool import close_pools, pool_for
 
 __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
-           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel",
+           "SandboxPathError", "SandboxUnavailableError", "SandboxBusyError", "clip", "close_pools", "BACKENDS", "start_with_channel",
            "DockerOptions", "docker_facilities", "CHANNEL", "SandboxEpisode"]
 
 BACKENDS = ("auto", "local", "docker", "landlock")
