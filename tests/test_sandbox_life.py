@@ -144,7 +144,7 @@ def test_only_cgroups_of_owners_provably_gone_are_removed() -> None:
     require("local")
     from envkit.sandbox.cgroups import PREFIX, Cgroups
     from envkit.sandbox.local import local_facilities
-    from envkit.sandbox.owner import current_owner
+    from envkit.owner import current_owner
 
     found = local_facilities().cgroups
     if found is None or found.pids is None:
@@ -172,7 +172,7 @@ def test_servers_sharing_an_engine_keep_their_containers() -> None:
     whose pid was not alive in its own namespace."""
     require("docker")
     from envkit.sandbox.docker import LABEL, docker_facilities
-    from envkit.sandbox.owner import current_owner
+    from envkit.owner import current_owner
 
     boot, namespace, pid, started = current_owner().split(".")
     gone = subprocess.Popen(["true"])
