@@ -157,8 +157,19 @@ def test_a_killed_server_leaves_no_container(tasks: Path) -> None:
             client.reset(task_id="hello")
             client.call("run_command", command="sleep 600 &")
             assert len(_settled(served.process.pid, want=3)) == 3   # the session's and two warm ones
+            assert len(_channels(served.process.pid)) == 3          # each with a channel folder of its own
             served.kill()
     assert _settled(served.process.pid) == []
+    # A killed server cannot remove its channel folders; the next process that makes one does.
+    subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; "
+                    "open_sandbox('docker', image='python:3.11-slim', channel_dir=True).close()"],
+                   check=True, timeout=120)
+    assert _channels(served.process.pid) == []
+
+
+def _channels(server_pid: int) -> list[Path]:
+    """The channel folders of the sandboxes of the server with pid `server_pid`."""
+    return list(Path(tempfile.gettempdir()).glob(f"envkit-channel-*.*.{server_pid}.*-*"))
 
 
 def test_eval_oracle_scores_one_and_doing_nothing_zero(tasks: Path, tmp_path: Path) -> None:

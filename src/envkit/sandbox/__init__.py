@@ -20,10 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Callable, TypeVar
 
+from ..owner import current_owner, owner_gone
+
 from .base import (CHANNEL, RunResult, Sandbox, SandboxBusyError, SandboxError, SandboxLimits, SandboxLostError,
-                   SandboxPathError, SandboxUnavailableError, clip)
+                   SandboxPathError, SandboxUnavailableError, clip, once)
 from .docker import DockerOptions, docker_facilities
 from .episode import SandboxEpisode
 from .pool import close_pools, pool_for
@@ -95,9 +98,15 @@ def start_with_channel(make: Callable[[str], SandboxT], channel_dir: str | os.Pa
     return make(_channel(channel_dir)).start().wait_ready()
 
 
+#: Channel folders a sandbox owns are `<tmp>/envkit-channel-<owner>-<random>`.
+CHANNEL_PREFIX = "envkit-channel-"
+
+
 def with_own_channel(make: Callable[[str], SandboxT]) -> SandboxT:
-    """`make(folder)`, not started, with a fresh channel folder that is the sandbox's own (removed when it closes)."""
-    folder = os.path.realpath(tempfile.mkdtemp(prefix="envkit-channel-"))
+    """`make(folder)`, not started, with a fresh channel folder that is the sandbox's own (removed when it closes;
+    if this process is killed, by the next process that makes one)."""
+    _remove_left_channels()
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=f"{CHANNEL_PREFIX}{current_owner()}-"))
     try:
         sandbox = make(folder)
     except BaseException:
@@ -105,6 +114,14 @@ def with_own_channel(make: Callable[[str], SandboxT]) -> SandboxT:
         raise
     sandbox.owns_channel = True
     return sandbox
+
+
+@once
+def _remove_left_channels() -> None:
+    """Remove the channel folders of owners provably gone (a server killed with -9 cannot remove its own)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{CHANNEL_PREFIX}*"):
+        if owner_gone(folder.name[len(CHANNEL_PREFIX):].rsplit("-", 1)[0]):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _channel(channel_dir: object) -> str:
