@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from harbor_helpers import CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_containers
+from harbor_helpers import (CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_container_starts,
+                            task_containers)
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit import CapacityError, EnvClient, SessionLostError
@@ -249,24 +250,16 @@ def _settled(server_pid: int, *, want: int = 0, timeout_s: float = 15.0) -> list
     return found
 
 
-def _started_since(since: float, server_pid: int) -> int:
-    """How many task containers the server with `server_pid` has started since `since` (the engine's own events)."""
-    events = subprocess.run(["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}",
-                             "--filter", "event=start", "--filter", "label=envkit.harbor.task",
-                             "--format", '{{index .Actor.Attributes "envkit.sandbox"}}'],
-                            capture_output=True, text=True, check=True).stdout
-    return sum(owner.split(".")[2:3] == [str(server_pid)] for owner in events.split())
-
-
 def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm_pool: None) -> None:
     """As training drives a Harbor task: a container with a channel, the instruction, the agent, the task's tests.
     The model is scripted (tests/scripted_model.py) on the channel's socket: no model runs here."""
     env = harbor_environment(tasks)()
-    since = time.time()
     try:
-        env.reset(task_id="hello")
-        box = env.agent_sandbox()
-        assert _started_since(since, _this_pid()) == 1    # the container reset took is the agent's
+        with task_container_starts(_this_pid()) as started:
+            env.reset(task_id="hello")
+            box = env.agent_sandbox()
+            time.sleep(1)       # for the engine's events to arrive
+        assert len(started) == 1    # the container reset took is the agent's
         assert box.channel_dir is not None and env.agent_sandbox() is box
         with pytest.raises(ValueError, match="already has the channel folder .*reset\\(\\) first"):
             env.agent_sandbox(channel_dir=tempfile.gettempdir())
