@@ -120,13 +120,12 @@ def harbor_load(tasks: int, episodes: int, clients: int) -> None:
     """`clients` threads play `episodes` episodes (reset, one command, submit) of a folder of `tasks` tiny tasks sharing
     one image, as a training run's rollouts would: idle containers held (sampled), and containers started per second
     (the engine's own start events)."""
-    import json
     import random
     import tempfile
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from harbor_helpers import CHECK_HELLO, make_task
+    from harbor_helpers import CHECK_HELLO, make_task, task_container_starts
     from sandbox_helpers import owned_containers
 
     from envkit.harbor import harbor_environment
@@ -171,17 +170,14 @@ def harbor_load(tasks: int, episodes: int, clients: int) -> None:
     environment().reset(task_id=names[0])          # the shared image built once, before the clock starts
     close_pools()
     sampler = threading.Thread(target=sample, daemon=True)
-    since = time.time()
-    start = time.perf_counter()
-    sampler.start()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(play, range(clients)))
-    seconds = time.perf_counter() - start
-    done.set()
-    events = subprocess.run(["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}",
-                             "--filter", "event=start", "--filter", "label=envkit.harbor.task",
-                             "--format", "{{json .}}"], capture_output=True, text=True, check=True).stdout
-    starts = [json.loads(line)["timeNano"] / 1e9 for line in events.splitlines()]
+    with task_container_starts(os.getpid(), times=True) as starts:
+        start = time.perf_counter()
+        sampler.start()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(play, range(clients)))
+        seconds = time.perf_counter() - start
+        done.set()
+        time.sleep(1)       # for the engine's last events to arrive
     per_second = max((sum(t <= s < t + 1 for s in starts) for t in starts), default=0)
     close_pools()
     print(f"  {tasks} tasks (one image), {clients} clients, {played['episodes']} episodes in {seconds:.1f} s "
