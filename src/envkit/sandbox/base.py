@@ -198,24 +198,32 @@ class CreationRate:
         self._lock = threading.Lock()
         self._next = 0.0          # when the bucket would be empty were no start made from now on
 
+    def _wait(self, rate: float) -> tuple[float, float]:
+        """How long a start asked for now waits for its turn, and when the bucket is next empty after it."""
+        interval, now = 1 / rate, time.monotonic()
+        due = max(self._next, now)
+        return due - max(1, int(rate)) * interval + interval - now, due + interval
+
+    def free(self) -> bool:
+        """Whether a start now would not wait (a warm pool refills only then: sessions' starts come first)."""
+        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
+        with self._lock:
+            return rate == 0 or self._wait(rate)[0] <= 0
+
     def admit(self) -> None:
         """Wait for this start's turn; `SandboxBusyError` if it would come later than the wait allowed."""
         rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
         limit = _number("ENVKIT_SANDBOX_CREATE_WAIT_S", 60)
         if rate == 0:
             return
-        interval = 1 / rate
-        burst = max(1, int(rate)) * interval
         with self._lock:
-            now = time.monotonic()
-            due = max(self._next, now)
-            wait = due - burst + interval - now
+            wait, after = self._wait(rate)
             if wait > limit:
                 raise SandboxBusyError(
                     f"the sandbox engine is saturated: starts are limited to {rate:g} a second "
                     f"(ENVKIT_SANDBOX_CREATE_RATE) and this one would wait {wait:.1f} s, more than "
                     f"ENVKIT_SANDBOX_CREATE_WAIT_S={limit:g}; open fewer sandboxes at once, or raise either")
-            self._next = due + interval
+            self._next = after
         if wait > 0:
             time.sleep(wait)
 

@@ -17,7 +17,8 @@ import time
 from collections import deque
 from typing import Callable, Hashable
 
-from .base import Sandbox
+from . import base
+from .base import Sandbox, SandboxBusyError
 
 __all__ = ["WarmPool", "WARM_SLOTS", "pool_for", "close_pools"]
 
@@ -127,6 +128,8 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._ready) >= self.size:
                         return
+                if not base.CREATION_RATE.free():
+                    return          # sessions' starts come first; the next take refills
                 if not WARM_SLOTS.reserve():
                     return          # the process holds as many waiting sandboxes as it may
                 try:
@@ -141,6 +144,8 @@ class WarmPool:
                 sandbox.close()
                 WARM_SLOTS.release()
                 return
+        except SandboxBusyError as error:
+            logger.info("a warm pool waits for its refill: %s", error)
         except Exception:
             logger.warning("starting a warm sandbox failed; the next one opens cold", exc_info=True)
         finally:
