@@ -72,3 +72,16 @@ def test_a_pool_grows_with_demand_and_shrinks_when_idle(landlock: None, monkeypa
     wait_until(lambda: pool.waiting == grown, f"the grown pool to hold {grown} waiting", timeout_s=60)
     wait_until(lambda: pool.waiting == 1 and pool.size == 1, "the idle pool to shrink back to 1", timeout_s=60)
     assert WARM_SLOTS.held == 1
+
+
+def test_warm_refills_yield_to_sessions(landlock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's start took the one start the rate allows for the next 1,000 s: the pool does not queue a refill
+    behind it (which would hold the next session's turn), it leaves the refill to the next take."""
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "1")
+    monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_RATE", "0.001")
+    monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_WAIT_S", "5000")
+    monkeypatch.setattr(base, "CREATION_RATE", CreationRate())
+    with open_sandbox("landlock") as box:
+        pool = pool_for(("landlock", box.limits), lambda: None)
+        wait_until(lambda: pool._filling is None, "the pool's refill to give up")
+        assert (pool.waiting, WARM_SLOTS.held, base.CREATION_RATE.free()) == (0, 0, False)
