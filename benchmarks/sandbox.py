@@ -3,6 +3,7 @@ their memory, and what 1,000 churned sessions leave behind.
 
     python benchmarks/sandbox.py            # local and landlock always; docker when an engine answers at DOCKER_HOST
     python benchmarks/sandbox.py --start-only --runs 200    # only the session-open figures
+    python benchmarks/sandbox.py --harbor 500 --episodes 200 --clients 8   # only a Harbor folder under load
 
 References in the same run: a bare subprocess (`true`), `bwrap ... true`, and `docker run --rm --network none IMAGE
 true` per session. Results go in docs/benchmarks.md#sandboxes.
@@ -115,13 +116,96 @@ def churn(backend: str, count: int) -> None:
     print(f"  {count} churned {backend} sessions in {seconds:.1f} s: left {left} (host mount table {host_mounts:+d})")
 
 
+def harbor_load(tasks: int, episodes: int, clients: int) -> None:
+    """`clients` threads play `episodes` episodes (reset, one command, submit) of a folder of `tasks` tiny tasks sharing
+    one image, as a training run's rollouts would: idle containers held (sampled), and containers started per second
+    (the engine's own start events)."""
+    import random
+    import tempfile
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harbor_helpers import CHECK_HELLO, make_task, task_container_starts
+    from sandbox_helpers import owned_containers
+
+    from envkit.harbor import harbor_environment
+    from envkit.sandbox import SandboxBusyError
+    from envkit.sandbox.pool import WARM_SLOTS
+
+    root = Path(tempfile.mkdtemp(prefix="envkit-harbor-load-"))
+    for n in range(tasks):
+        make_task(root / f"task-{n:03d}", solve="echo hello > /app/hello.txt", test=CHECK_HELLO)
+    environment = harbor_environment(root)
+    names = sorted(environment.BY_NAME)
+    played = {"episodes": 0, "solved": 0, "busy": 0}
+    idle, held, unsolved = [], [], []
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            idle.append(WARM_SLOTS.held)
+            held.append(len(owned_containers(os.getpid(), "label=envkit.harbor.task")))
+
+    def play(seed: int) -> None:
+        draw = random.Random(seed)
+        env = environment()
+        try:
+            for _ in range(episodes // clients):
+                try:
+                    env.reset(task_id=draw.choice(names))
+                    env.run_command("echo hello > /app/hello.txt")
+                    verdict = env.submit()
+                    with lock:
+                        played["solved"] += verdict.reward == 1.0
+                        played["episodes"] += 1
+                        if verdict.reward != 1.0:
+                            unsolved.append(verdict.output.splitlines()[0])
+                except SandboxBusyError:
+                    with lock:
+                        played["busy"] += 1
+        finally:
+            env.close()
+
+    environment().reset(task_id=names[0])          # the shared image built once, before the clock starts
+    close_pools()
+    sampler = threading.Thread(target=sample, daemon=True)
+    with task_container_starts(os.getpid(), times=True) as starts:
+        start = time.perf_counter()
+        sampler.start()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(play, range(clients)))
+        seconds = time.perf_counter() - start
+        done.set()
+        time.sleep(1)       # for the engine's last events to arrive
+    per_second = max((sum(t <= s < t + 1 for s in starts) for t in starts), default=0)
+    close_pools()
+    print(f"  {tasks} tasks (one image), {clients} clients, {played['episodes']} episodes in {seconds:.1f} s "
+          f"({played['episodes'] / seconds:.2f}/s), {played['solved']} solved, {played['busy']} refused as busy")
+    for line in sorted(set(unsolved)):
+        print(f"    unsolved: {unsolved.count(line)} x {line[:160]}")
+    print(f"  idle warm containers held: max {max(idle, default=0)}, mean {statistics.mean(idle or [0]):.1f} "
+          f"(cap ENVKIT_SANDBOX_WARM_MAX={os.environ.get('ENVKIT_SANDBOX_WARM_MAX', '8')}); task containers in all: "
+          f"max {max(held, default=0)}")
+    print(f"  containers started: {len(starts)} ({len(starts) / max(1, played['episodes']):.2f} per episode), "
+          f"at most {per_second} in any second (ENVKIT_SANDBOX_CREATE_RATE="
+          f"{os.environ.get('ENVKIT_SANDBOX_CREATE_RATE', '10')})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="opens per local figure (docker: a fifth)")
     parser.add_argument("--held", type=int, default=256, help="local sandboxes to hold at once")
     parser.add_argument("--churn", type=int, default=1000, help="sessions to churn per backend (docker: a tenth)")
     parser.add_argument("--start-only", action="store_true", help="only the session-open figures")
+    parser.add_argument("--harbor", type=int, metavar="TASKS", help="only a Harbor folder of TASKS tasks under load")
+    parser.add_argument("--episodes", type=int, default=200, help="episodes played in the Harbor folder")
+    parser.add_argument("--clients", type=int, default=8, help="clients playing the Harbor folder at once")
     args = parser.parse_args()
+    if args.harbor:
+        print(f"a Harbor folder under load (load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        harbor_load(args.harbor, args.episodes, args.clients)
+        return
     facilities = local_facilities()
     print(facilities.describe())
     print(landlock_facilities().describe())

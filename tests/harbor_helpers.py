@@ -8,6 +8,11 @@ Every task is built on python:3.11-slim, the base image the project's Docker eng
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -53,3 +58,29 @@ def no_warm_pool(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "0")
     close_pools()
+
+
+@contextmanager
+def task_container_starts(server_pid: int, *, times: bool = False) -> Iterator[list]:
+    """The task containers the server with `server_pid` starts while inside, as the engine's event stream tells
+    them (a list that fills as they come: their owners, or with `times` the engine's times of their starts in
+    seconds). Streamed: the engine replays only its last 256 events, which other processes sharing it may fill."""
+    since = f"{time.time() - 1:.3f}"
+    fields = '{{index .Actor.Attributes "envkit.sandbox"}} {{.TimeNano}}'
+    process = subprocess.Popen(["docker", "events", "--since", since, "--filter", "event=start", "--filter",
+                                "label=envkit.harbor.task", "--format", fields], stdout=subprocess.PIPE, text=True)
+    started: list = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            owner, nanoseconds = line.split()
+            if owner.split(".")[2:3] == [str(server_pid)]:
+                started.append(int(nanoseconds) / 1e9 if times else owner)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield started
+    finally:
+        process.terminate()
+        process.wait()

@@ -128,6 +128,7 @@ def test_containers_of_a_client_killed_with_sigkill_are_found_and_removed_by_lab
             process.wait()
         orphans = docker_engine.containers.list(all=True, filters={"label": f"envkit.client-pid={process.pid}"})
         assert len(orphans) == 2
+        assert all(orphan.labels["envkit.owner"].split(".")[2] == str(process.pid) for orphan in orphans)
         listed = envkit_cli("containers")
         assert listed.returncode == 0, listed.stderr
         for orphan in orphans:
@@ -140,3 +141,28 @@ def test_containers_of_a_client_killed_with_sigkill_are_found_and_removed_by_lab
         assert left.labels["envkit.client-pid"] == str(os.getpid())
         live.reset()
     assert own_containers(docker_engine, root_image) == []
+
+
+def test_only_containers_of_clients_provably_gone_are_orphans(docker_engine: Any, root_image: str) -> None:
+    """A pid alone does not tell: a client's pid may be reused by a live process, and a client in another pid
+    namespace (in a container using the engine's socket) has a pid that names some other process here, or none."""
+    from envkit.client.docker import envkit_containers
+    from envkit.owner import current_owner
+
+    boot, namespace, pid, started = current_owner().split(".")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owners = {"gone": (gone.pid, f"{boot}.{namespace}.{gone.pid}.{started}"),
+              "another namespace": (gone.pid, f"{boot}.1.{gone.pid}.{started}"),
+              "another host": (1, f"000000000000.{namespace}.1.1"), "live": (os.getpid(), current_owner()),
+              "reused pid": (os.getppid(), f"{boot}.{namespace}.{os.getppid()}.1")}
+    made = {name: docker_engine.containers.create(root_image, "true", labels={
+        "envkit.client-pid": str(client), "envkit.client-host": os.uname().nodename, "envkit.owner": owner}).id
+        for name, (client, owner) in owners.items()}
+    try:
+        orphaned = {found.id: found.orphaned for found in envkit_containers(docker_engine)}
+        assert {name: orphaned[container] for name, container in made.items()} == {
+            "gone": True, "another namespace": False, "another host": False, "live": False, "reused pid": True}
+    finally:
+        for container in made.values():
+            docker_engine.containers.get(container).remove(force=True)

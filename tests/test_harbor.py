@@ -15,7 +15,8 @@ from typing import Iterator
 
 import httpx
 import pytest
-from harbor_helpers import CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_containers
+from harbor_helpers import (CHECK_HELLO, REWARD, make_task, no_warm_pool, require_engine, task_container_starts,
+                            task_containers)
 from scripted_model import ScriptedModel, text_reply, tool_reply
 
 from envkit import CapacityError, EnvClient, SessionLostError
@@ -158,8 +159,19 @@ def test_a_killed_server_leaves_no_container(tasks: Path) -> None:
             client.reset(task_id="hello")
             client.call("run_command", command="sleep 600 &")
             assert len(_settled(served.process.pid, want=3)) == 3   # the session's and two warm ones
+            assert len(_channels(served.process.pid)) == 3          # each with a channel folder of its own
             served.kill()
     assert _settled(served.process.pid) == []
+    # A killed server cannot remove its channel folders; the next process that makes one does.
+    subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; "
+                    "open_sandbox('docker', image='python:3.11-slim', channel_dir=True).close()"],
+                   check=True, timeout=120)
+    assert _channels(served.process.pid) == []
+
+
+def _channels(server_pid: int) -> list[Path]:
+    """The channel folders of the sandboxes of the server with pid `server_pid`."""
+    return list(Path(tempfile.gettempdir()).glob(f"envkit-channel-*.*.{server_pid}.*-*"))
 
 
 def test_eval_oracle_scores_one_and_doing_nothing_zero(tasks: Path, tmp_path: Path) -> None:
@@ -263,8 +275,11 @@ def test_the_reference_agent_solves_a_task_in_its_container(tasks: Path, no_warm
     The model is scripted (tests/scripted_model.py) on the channel's socket: no model runs here."""
     env = harbor_environment(tasks)()
     try:
-        env.reset(task_id="hello")
-        box = env.agent_sandbox()
+        with task_container_starts(_this_pid()) as started:
+            env.reset(task_id="hello")
+            box = env.agent_sandbox()
+            time.sleep(1)       # for the engine's events to arrive
+        assert len(started) == 1    # the container reset took is the agent's
         assert box.channel_dir is not None and env.agent_sandbox() is box
         with pytest.raises(ValueError, match="already has the channel folder .*reset\\(\\) first"):
             env.agent_sandbox(channel_dir=tempfile.gettempdir())

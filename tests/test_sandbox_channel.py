@@ -217,14 +217,18 @@ def test_nothing_is_left_after_channel_sandboxes_close(backend: str, monkeypatch
 
 
 def own_channels() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("envkit-channel-")}
+    """This process's channel folders (named by their owner; other processes make theirs meanwhile)."""
+    return {path.name for path in Path(tempfile.gettempdir()).glob(f"envkit-channel-*.*.{os.getpid()}.*-*")}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_channel_made_for_the_sandbox_goes_with_it(backend: str) -> None:
+def test_a_channel_made_for_the_sandbox_goes_with_it(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """channel_dir=True: a fresh folder the sandbox sees at /run/envkit, removed when it closes, or when it cannot
-    be started; a caller's folder stays the caller's (the test above)."""
+    be started; a caller's folder stays the caller's (the test above). (No warm pool: docker keeps started
+    sandboxes with folders of their own waiting.)"""
     require(backend)
+    monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "0")
+    close_pools()
     before = own_channels()
     with open_sandbox(backend, limits=LIMITS, channel_dir=True) as sandbox:
         folder = sandbox.channel_dir

@@ -7,8 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -84,22 +85,43 @@ def test_warm_pool_ends_with_close_pools(backend: str, monkeypatch: pytest.Monke
     assert settled() == NOTHING
 
 
+def running(command: str) -> bool:
+    """Whether a process with exactly this command line runs on this machine (a sandbox's, seen from the host)."""
+    return command in subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout.splitlines()
+
+
 def test_server_killed_with_sigkill_leaves_nothing(backend: str) -> None:
+    """Killed while one session's command still runs, and another's left a process behind: the running command ends
+    at once (not at its wall time), and the next server removes what the kernel does not."""
     env_vars = subprocess_env(ENVKIT_SANDBOX=backend, ENVKIT_SANDBOX_WARM="2")
+    long_command = "sleep 3141"
     with ServedProcess("sandbox_env:SandboxEnvironment", "--max-concurrent-envs", "4", env=env_vars) as served:
-        clients = [EnvClient(served.url).sync().connect() for _ in range(2)]
-        for env in clients:
+        clients = [EnvClient(served.url).sync().connect() for _ in range(3)]
+        for env in clients[:2]:
             busy(env)
+        waiting = threading.Thread(target=lambda: _quietly(clients[2].call, "run", command=long_command,
+                                                           timeout_s=3600.0), daemon=True)
+        waiting.start()
+        wait_until(lambda: running(long_command), "the long command to start")
         assert served.process is not None
         server = served.process.pid
         assert leftovers(server)["processes"] > 0
         served.kill()
+    wait_until(lambda: not running(long_command), "the killed server's running command to end")
     left = settled(server)
     assert {**left, "cgroups": 0, "folders": 0} == NOTHING
     # A killed server cannot remove its cgroup folders; the next process that opens a sandbox does.
     subprocess.run([sys.executable, "-c", "from envkit.sandbox import open_sandbox; open_sandbox().close()"],
                    env=env_vars, check=True, timeout=120)
     assert settled(server) == NOTHING
+
+
+def _quietly(call: Callable[..., object], *args: object, **kwargs: object) -> None:
+    """Make a call whose server is killed while it waits."""
+    try:
+        call(*args, **kwargs)
+    except Exception:
+        pass
 
 
 def test_an_ors_session_ends_its_sandbox_when_deleted(backend: str) -> None:
@@ -122,7 +144,7 @@ def test_only_cgroups_of_owners_provably_gone_are_removed() -> None:
     require("local")
     from envkit.sandbox.cgroups import PREFIX, Cgroups
     from envkit.sandbox.local import local_facilities
-    from envkit.sandbox.owner import current_owner
+    from envkit.owner import current_owner
 
     found = local_facilities().cgroups
     if found is None or found.pids is None:
@@ -150,7 +172,7 @@ def test_servers_sharing_an_engine_keep_their_containers() -> None:
     whose pid was not alive in its own namespace."""
     require("docker")
     from envkit.sandbox.docker import LABEL, docker_facilities
-    from envkit.sandbox.owner import current_owner
+    from envkit.owner import current_owner
 
     boot, namespace, pid, started = current_owner().split(".")
     gone = subprocess.Popen(["true"])

@@ -8,9 +8,11 @@ and closing the client stops and removes the container. A container that exits o
 healthy is removed too, and the tail of its log travels in the `ContainerError`. An image that is
 not on the engine is an error at once: envkit never pulls.
 
-Every container carries the labels `envkit.client-pid` and `envkit.client-host`, so the containers
-of a client that died without closing (killed with -9) can be found and removed:
-`envkit containers --remove-orphans`, or `remove_orphans()`.
+Every container carries the label `envkit.owner`, naming its client process for certain (`envkit.owner`: boot, pid
+namespace, pid, start time, as sandbox containers are named), and `envkit.client-pid` and `envkit.client-host` to
+show; the containers of a client that provably died without closing (killed with -9) can be found and removed:
+`envkit containers --remove-orphans`, or `remove_orphans()`. Those of clients in another pid namespace or on another
+host sharing the engine, or whose pid was reused, stay.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ from typing import Any
 import httpx
 
 from ..errors import EnvConnectionError
+from ..owner import current_owner, owner_gone
 
 __all__ = ["ContainerError", "EnvkitContainer", "RunningContainer", "envkit_containers", "remove_orphans",
            "start_container"]
 
 #: The port envkit images serve on inside the container (`ENV PORT=8000` in their Dockerfiles).
 CONTAINER_PORT = 8000
-#: Labels on every container envkit starts: the PID and host name of the client process that owns it.
+#: Labels on every container envkit starts: the client process that owns it (`owner.current_owner`), and its PID
+#: and host name to show.
+OWNER_LABEL = "envkit.owner"
 CLIENT_PID_LABEL = "envkit.client-pid"
 CLIENT_HOST_LABEL = "envkit.client-host"
 
@@ -87,7 +92,8 @@ def start_container(image: str, *, docker_client: Any = None, container_port: in
     options: dict[str, Any] = {"mem_limit": memory, "nano_cpus": None if cpus is None else round(cpus * 1e9),
                                "pids_limit": pids_limit}
     options = {name: value for name, value in options.items() if value is not None} | dict(run_options or {})
-    options["labels"] = {CLIENT_PID_LABEL: str(os.getpid()), CLIENT_HOST_LABEL: socket.gethostname(),
+    options["labels"] = {OWNER_LABEL: current_owner(), CLIENT_PID_LABEL: str(os.getpid()),
+                         CLIENT_HOST_LABEL: socket.gethostname(),
                          **options.get("labels", {})}
     try:
         client = docker_client or docker.from_env()
@@ -194,7 +200,8 @@ class EnvkitContainer:
 def envkit_containers(docker_client: Any = None) -> list[EnvkitContainer]:
     """Every container envkit started on the engine (running or not), oldest first.
 
-    A container is orphaned when its client ran on this host and that process no longer exists.
+    A container is orphaned when its owner is provably gone: a process of this boot and pid namespace that no longer
+    runs (a reused pid names another process). One without an owner label (an older envkit's) never is.
     """
     import docker
 
@@ -203,7 +210,7 @@ def envkit_containers(docker_client: Any = None) -> list[EnvkitContainer]:
     for container in reversed(client.containers.list(all=True, filters={"label": CLIENT_PID_LABEL})):
         pid, host = int(container.labels[CLIENT_PID_LABEL]), container.labels.get(CLIENT_HOST_LABEL, "")
         found.append(EnvkitContainer(container.id, container.attrs["Config"]["Image"], container.status, pid, host,
-                                     host == socket.gethostname() and not _process_exists(pid)))
+                                     owner_gone(container.labels.get(OWNER_LABEL, ""))))
     return found
 
 
@@ -222,13 +229,3 @@ def remove_orphans(docker_client: Any = None) -> list[EnvkitContainer]:
                 continue
             removed.append(found)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # someone else's process
-        return True
-    return True

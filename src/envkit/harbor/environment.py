@@ -251,7 +251,8 @@ class HarborEnvironment(SandboxEpisode, Environment[HarborAction, HarborObservat
     # -- moves
 
     def _open(self, channel_dir: str | bool | None) -> Sandbox:
-        return open_task_container(self._require_task(), channel_dir)
+        # A channel folder of its own from the start: an agent then takes the container reset opened, not another.
+        return open_task_container(self._require_task(), True if channel_dir is None else channel_dir)
 
     def _move(self, action: HarborAction) -> HarborObservation:
         """One move within the agent's time; the episode's last call, or the time used up, runs the tests."""

@@ -20,16 +20,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Callable, TypeVar
 
-from .base import (CHANNEL, RunResult, Sandbox, SandboxError, SandboxLimits, SandboxLostError, SandboxPathError,
-                   SandboxUnavailableError, clip)
+from ..owner import current_owner, owner_gone
+
+from .base import (CHANNEL, RunResult, Sandbox, SandboxBusyError, SandboxError, SandboxLimits, SandboxLostError,
+                   SandboxPathError, SandboxUnavailableError, clip, once)
 from .docker import DockerOptions, docker_facilities
 from .episode import SandboxEpisode
 from .pool import close_pools, pool_for
 
 __all__ = ["Sandbox", "SandboxLimits", "RunResult", "open_sandbox", "SandboxError", "SandboxLostError",
-           "SandboxPathError", "SandboxUnavailableError", "clip", "close_pools", "BACKENDS", "start_with_channel",
+           "SandboxPathError", "SandboxUnavailableError", "SandboxBusyError", "clip", "close_pools", "BACKENDS", "start_with_channel",
            "DockerOptions", "docker_facilities", "CHANNEL", "SandboxEpisode"]
 
 BACKENDS = ("auto", "local", "docker", "landlock")
@@ -49,7 +52,8 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
         channel_dir: a host folder the sandbox sees, read-only, at `/run/envkit`: the only way out of it, for unix
             sockets the host listens on there (`Sandbox.admit` lets the sandbox connect to one). The folder stays the
             caller's; True makes a fresh one that is the sandbox's own, removed when it closes. A sandbox with a
-            channel is started for it, not taken from a warm pool.
+            channel of the caller's is started for it, not taken from a warm pool; a docker sandbox with one of its
+            own comes from a warm pool of such containers.
         docker: how the docker backend's container differs from its default (`DockerOptions`); naming them makes
             "auto" choose docker.
     """
@@ -75,6 +79,9 @@ def open_sandbox(backend: str = "auto", *, limits: SandboxLimits | None = None, 
     from .docker import DockerSandbox, docker_facilities
     image, options = image or DEFAULT_IMAGE, docker or DockerOptions()
     docker_facilities().check_image(image)
+    if channel_dir is True:     # a folder of its own: such containers wait in a pool of their own
+        return pool_for(("docker", limits, image, options, "own channel"), lambda: with_own_channel(
+            lambda folder: DockerSandbox(limits, image, folder, options))).take()
     if channel_dir is not None:
         return start_with_channel(lambda folder: DockerSandbox(limits, image, folder, options), channel_dir)
     return pool_for(("docker", limits, image, options), lambda: DockerSandbox(limits, image, None, options)).take()
@@ -86,16 +93,35 @@ SandboxT = TypeVar("SandboxT", bound=Sandbox)
 def start_with_channel(make: Callable[[str], SandboxT], channel_dir: str | os.PathLike[str] | bool) -> SandboxT:
     """`make(folder)` started and ready, with `channel_dir` as its channel folder: a path is checked and stays the
     caller's; True makes a fresh folder that is the sandbox's own, removed when it closes (or fails to start)."""
-    owned = channel_dir is True
-    folder = os.path.realpath(tempfile.mkdtemp(prefix="envkit-channel-")) if owned else _channel(channel_dir)
+    if channel_dir is True:
+        return with_own_channel(make).start().wait_ready()
+    return make(_channel(channel_dir)).start().wait_ready()
+
+
+#: Channel folders a sandbox owns are `<tmp>/envkit-channel-<owner>-<random>`.
+CHANNEL_PREFIX = "envkit-channel-"
+
+
+def with_own_channel(make: Callable[[str], SandboxT]) -> SandboxT:
+    """`make(folder)`, not started, with a fresh channel folder that is the sandbox's own (removed when it closes;
+    if this process is killed, by the next process that makes one)."""
+    _remove_left_channels()
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=f"{CHANNEL_PREFIX}{current_owner()}-"))
     try:
         sandbox = make(folder)
     except BaseException:
-        if owned:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         raise
-    sandbox.owns_channel = owned
-    return sandbox.start().wait_ready()
+    sandbox.owns_channel = True
+    return sandbox
+
+
+@once
+def _remove_left_channels() -> None:
+    """Remove the channel folders of owners provably gone (a server killed with -9 cannot remove its own)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{CHANNEL_PREFIX}*"):
+        if owner_gone(folder.name[len(CHANNEL_PREFIX):].rsplit("-", 1)[0]):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _channel(channel_dir: object) -> str:

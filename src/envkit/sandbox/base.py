@@ -30,7 +30,7 @@ from typing import Any, Callable, ClassVar, Sequence, TypeVar
 from ..errors import EnvironmentLostError, EnvkitError
 
 __all__ = ["SandboxLimits", "RunResult", "Sandbox", "SandboxError", "SandboxLostError", "SandboxPathError",
-           "SandboxUnavailableError", "clip"]
+           "SandboxUnavailableError", "SandboxBusyError", "clip"]
 
 T = TypeVar("T")
 
@@ -59,6 +59,10 @@ class SandboxPathError(SandboxError, ValueError):
 
 class SandboxUnavailableError(SandboxError):
     """No backend can run here; the message names what to install or start."""
+
+
+class SandboxBusyError(SandboxError):
+    """Sandboxes are asked for faster than this process's creation rate allows, for longer than a start may wait."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,61 @@ class Uids:
 
 
 UIDS = Uids()
+
+
+def _number(name: str, default: float) -> float:
+    value = os.environ.get(name, str(default))
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0:
+        raise ValueError(f"{name} must be a number of 0 or more; got {value!r}")
+    return number
+
+
+class CreationRate:
+    """A token bucket over sandbox starts (as the generic cell rate algorithm: one time of next arrival kept)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0          # when the bucket would be empty were no start made from now on
+
+    def _wait(self, rate: float) -> tuple[float, float]:
+        """How long a start asked for now waits for its turn, and when the bucket is next empty after it."""
+        interval, now = 1 / rate, time.monotonic()
+        due = max(self._next, now)
+        return due - max(1, int(rate)) * interval + interval - now, due + interval
+
+    def free(self) -> bool:
+        """Whether a start now would not wait (a warm pool refills only then: sessions' starts come first)."""
+        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
+        with self._lock:
+            return rate == 0 or self._wait(rate)[0] <= 0
+
+    def admit(self) -> None:
+        """Wait for this start's turn; `SandboxBusyError` if it would come later than the wait allowed."""
+        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
+        limit = _number("ENVKIT_SANDBOX_CREATE_WAIT_S", 60)
+        if rate == 0:
+            return
+        with self._lock:
+            wait, after = self._wait(rate)
+            if wait > limit:
+                raise SandboxBusyError(
+                    f"the sandbox engine is saturated: starts are limited to {rate:g} a second "
+                    f"(ENVKIT_SANDBOX_CREATE_RATE) and this one would wait {wait:.1f} s, more than "
+                    f"ENVKIT_SANDBOX_CREATE_WAIT_S={limit:g}; open fewer sandboxes at once, or raise either")
+            self._next = after
+        if wait > 0:
+            time.sleep(wait)
+
+
+#: A sandbox start waits its turn under this process's creation rate: at most `ENVKIT_SANDBOX_CREATE_RATE` a second
+#: (default 10, 0 for no limit), in bursts of up to one second's worth, waiting at most `ENVKIT_SANDBOX_CREATE_WAIT_S`
+#: (default 60) before `SandboxBusyError`: engines fail at tens of parallel container starts, and hosted ones limit
+#: creation to a few a second.
+CREATION_RATE = CreationRate()
 
 
 #: The supervisor's command line: it reads its own source as the first line of its stdin (a JSON string).
@@ -300,6 +359,7 @@ class Sandbox:
         argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)),
                            json.dumps(self._options())])
         try:
+            CREATION_RATE.admit()
             if self.channel_dir is not None:
                 share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .owner import current_owner, owner_gone
+from ..owner import current_owner, owner_gone
 
 __all__ = ["Cgroups", "Cgroup"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .base import (CHANNEL, OVERHEAD_MB, UIDS, WORKDIR, Sandbox, SandboxLimits, SandboxUnavailableError, once,
                    total_memory_mb)
-from .owner import current_owner, owner_gone
+from ..owner import current_owner, owner_gone
 
 __all__ = ["DockerSandbox", "DockerOptions", "docker_facilities", "LABEL"]
 

@@ -43,6 +43,8 @@ class SandboxEpisode(ABC):
     SHOWN_CHARS: ClassVar[int] = 4000
 
     _sandbox: Sandbox | None = None
+    #: The sandbox `agent_sandbox` handed to an agent this episode.
+    _agents: Sandbox | None = None
     _task: Any = None
     _verdict: Verdict | None = None
     _episode_id: str | None = None
@@ -109,7 +111,7 @@ class SandboxEpisode(ABC):
         return self._sandbox
 
     def _close_sandbox(self) -> None:
-        sandbox, self._sandbox = self._sandbox, None
+        sandbox, self._sandbox, self._agents = self._sandbox, None, None
         if sandbox is not None:
             sandbox.close()
 
@@ -132,10 +134,11 @@ class SandboxEpisode(ABC):
     def agent_sandbox(self, channel_dir: str | None = None) -> Sandbox:
         """The episode's sandbox for a loop-owning agent, with a channel folder at /run/envkit where the agent's
         model server listens (`<channel_dir>/proxy.sock`): `channel_dir` when given (it stays the caller's), else a
-        folder of the session's own, removed with the sandbox. Called right after reset: a sandbox opened without a
-        channel before any tool call is replaced by a fresh one; the session's tool calls run in the same sandbox."""
+        folder of the session's own, removed with the sandbox. Called right after reset: the sandbox reset opened
+        is the agent's when it has a channel folder of its own and none other is asked for, else a fresh one
+        replaces it; the session's tool calls run in the same sandbox."""
         sandbox = self._sandbox
-        if sandbox is not None and sandbox.channel_dir is not None:
+        if sandbox is not None and sandbox is self._agents:
             if channel_dir is not None and sandbox.channel_dir != os.path.realpath(channel_dir):
                 raise ValueError(f"this episode's sandbox already has the channel folder {sandbox.channel_dir}; "
                                  "call agent_sandbox() again without channel_dir, or reset() first")
@@ -144,10 +147,12 @@ class SandboxEpisode(ABC):
         if self._calls:
             raise ValueError("this episode's sandbox has run tool calls, without a channel for an agent: call "
                              "agent_sandbox() right after reset()")
-        fresh = self._open(channel_dir or True)
-        self._close_sandbox()
-        self._sandbox = fresh
-        return fresh
+        if sandbox is None or not sandbox.owns_channel or channel_dir is not None:
+            sandbox = self._open(channel_dir or True)
+            self._close_sandbox()
+            self._sandbox = sandbox
+        self._agents = sandbox
+        return sandbox
 
     def finish_episode(self) -> float:
         """Grade the episode now (once), end it, and return its reward; again after that, the same reward."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from .base import UIDS, Sandbox, SandboxError, SandboxLimits, SandboxUnavailableError, once
 from .host import drop_to, readable_system
-from .owner import current_owner, owner_gone
+from ..owner import current_owner, owner_gone
 
 __all__ = ["LandlockSandbox", "landlock_facilities"]
 

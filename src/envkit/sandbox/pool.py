@@ -1,8 +1,10 @@
 """Warm pools: sandboxes started ahead of time, so that opening one costs no start-up.
 
 One pool per (backend, limits, image). Taking a sandbox hands out a started one (or starts one at once when none
-is ready) and starts a replacement on a thread of the pool's own. Sandboxes waiting in a pool end with the
-process: at exit, and, if it is killed, because their agents see their stdin close.
+is ready) and starts a replacement on a thread of the pool's own. A pool grows with demand: each take that found it
+empty keeps one more waiting, up to the process's warm cap; and shrinks when idle: once no take came for
+`ENVKIT_SANDBOX_IDLE_S` (default 60) it closes the sandboxes beyond `ENVKIT_SANDBOX_WARM`. Sandboxes waiting in a
+pool end with the process: at exit, and, if it is killed, because their agents see their stdin close.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections import deque
 from typing import Callable, Hashable
 
-from .base import Sandbox
+from . import base
+from .base import Sandbox, SandboxBusyError
 
 __all__ = ["WarmPool", "WARM_SLOTS", "pool_for", "close_pools"]
 
@@ -29,6 +33,22 @@ def _count(name: str, default: int) -> int:
     if not value.isdigit():
         raise ValueError(f"{name} must be a whole number of sandboxes; got {value!r}")
     return int(value)
+
+
+def idle_s() -> float:
+    """Seconds without a take after which a pool that grew shrinks back: `ENVKIT_SANDBOX_IDLE_S`, default 60."""
+    value = os.environ.get("ENVKIT_SANDBOX_IDLE_S", "60")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"ENVKIT_SANDBOX_IDLE_S must be a positive number of seconds; got {value!r}")
+    return seconds
+
+
+def warm_max() -> int:
+    return _count("ENVKIT_SANDBOX_WARM_MAX", 8)
 
 
 def warm_size() -> int:
@@ -46,7 +66,7 @@ class WarmSlots:
 
     def reserve(self) -> bool:
         with self._lock:
-            if self.held >= _count("ENVKIT_SANDBOX_WARM_MAX", 8):
+            if self.held >= warm_max():
                 return False
             self.held += 1
             return True
@@ -64,7 +84,9 @@ class WarmPool:
 
     def __init__(self, make: Callable[[], Sandbox], size: int) -> None:
         self._make = make
-        self.size = size
+        #: How many it keeps waiting when idle, and now (grown by demand).
+        self.base = self.size = size
+        self._taken_at = time.monotonic()
         self._ready: deque[Sandbox] = deque()
         self._lock = threading.Lock()
         self._filling: threading.Thread | None = None
@@ -82,6 +104,10 @@ class WarmPool:
             if not sandbox.alive:
                 sandbox.close()
                 sandbox = None
+        with self._lock:
+            self._taken_at = time.monotonic()
+            if sandbox is None and self._filling is not None and 0 < self.size < warm_max():
+                self.size += 1          # demand outran the pool's filling: keep one more waiting
         self._refill()
         return sandbox if sandbox is not None else self._make().start().wait_ready()
 
@@ -102,6 +128,8 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._ready) >= self.size:
                         return
+                if not base.CREATION_RATE.free():
+                    return          # sessions' starts come first; the next take refills
                 if not WARM_SLOTS.reserve():
                     return          # the process holds as many waiting sandboxes as it may
                 try:
@@ -116,11 +144,24 @@ class WarmPool:
                 sandbox.close()
                 WARM_SLOTS.release()
                 return
+        except SandboxBusyError as error:
+            logger.info("a warm pool waits for its refill: %s", error)
         except Exception:
             logger.warning("starting a warm sandbox failed; the next one opens cold", exc_info=True)
         finally:
             with self._lock:
                 self._filling = None
+
+    def shrink(self) -> None:
+        """Back to `base` waiting sandboxes once no take came for `idle_s()`; the ones beyond it are closed."""
+        with self._lock:
+            if self.size <= self.base or time.monotonic() - self._taken_at < idle_s():
+                return
+            self.size = self.base
+            extra = [self._ready.pop() for _ in range(max(0, len(self._ready) - self.base))]
+        WARM_SLOTS.release(len(extra))
+        for sandbox in extra:
+            sandbox.close()
 
     def close(self) -> None:
         """End the waiting sandboxes, and the one being started; later takes start sandboxes cold."""
@@ -137,11 +178,32 @@ class WarmPool:
 
 def pool_for(key: Hashable, make: Callable[[], Sandbox]) -> WarmPool:
     """The warm pool of sandboxes of kind `key` (made by `make`), started on first use."""
+    global _shrinker
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
             pool = _pools[key] = WarmPool(make, warm_size())
+        if _shrinker is None:
+            _shrinker = threading.Thread(target=_shrink_pools, name="envkit-sandbox-shrink", daemon=True)
+            _shrinker.start()
         return pool
+
+
+_shrinker: threading.Thread | None = None
+
+
+def _shrink_pools() -> None:
+    """Shrink idle pools, looking four times per idle time; ends when no pool is left."""
+    global _shrinker
+    while True:
+        time.sleep(idle_s() / 4)
+        with _pools_lock:
+            pools = list(_pools.values())
+            if not pools:
+                _shrinker = None
+                return
+        for pool in pools:
+            pool.shrink()
 
 
 @atexit.register

@@ -3,7 +3,9 @@
 Started as `python3 -I -S -c SOURCE LIMITS_JSON [OPTIONS_JSON]` by both backends (bubblewrap with `--as-pid-1`, a container's
 command), it reads one JSON request a line on stdin and answers one JSON line on stdout. Being process 1 of the
 sandbox's pid namespace, it ends every other process there after each command (`kill(-1, SIGKILL)`), and when its
-stdin closes (the session closed, or the server died) it exits, which ends the whole namespace.
+stdin closes (the session closed, or the server died) it exits, which ends the whole namespace. Only the server holds
+the other end of stdin, so its death closes it even while a command runs: the command's processes end at once, not
+at its wall time.
 
 Standard library only: it runs on whatever Python the sandbox has.
 """
@@ -137,13 +139,15 @@ def collect(process, request, limits, started):
     selector.register(process.stderr, selectors.EVENT_READ, "stderr")
     exited = os.pidfd_open(process.pid)
     selector.register(exited, selectors.EVENT_READ, "exit")
+    # The host writes nothing while a command runs: stdin readable now is its end, closed by the server's death.
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "host")
     if pending:
         os.set_blocking(process.stdin.fileno(), False)
         selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
     else:
         process.stdin.close()
     measured = started
-    while status is None or selector.get_map():
+    while status is None or any(key.data != "host" for key in selector.get_map().values()):
         wait = None if status is not None else max(0.0, deadline - time.monotonic())
         if status is None and not PROCESS_ONE:
             wait = min(wait, DISK_EVERY_S)
@@ -160,6 +164,9 @@ def collect(process, request, limits, started):
             status = end_others(process.pid).get(process.pid, 0)
             selector.unregister(exited)
         for key, _ in events:
+            if key.data == "host":
+                end_others(process.pid)
+                os._exit(0)
             if key.data == "exit":
                 status = os.waitpid(process.pid, 0)[1]
                 end_others(process.pid)        # background processes die with their command
@@ -182,6 +189,7 @@ def collect(process, request, limits, started):
                 if len(chunk) > room:
                     truncated = True
                 kept += chunk[:max(0, room)]
+    selector.unregister(sys.stdin.fileno())
     os.close(exited)
     for stream in (process.stdin, process.stdout, process.stderr):
         if not stream.closed:
