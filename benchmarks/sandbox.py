@@ -189,7 +189,7 @@ def harbor_load(tasks: int, episodes: int, clients: int) -> None:
           f"max {max(held, default=0)}")
     print(f"  containers started: {len(starts)} ({len(starts) / max(1, played['episodes']):.2f} per episode), "
           f"at most {per_second} in any second (ENVKIT_SANDBOX_CREATE_RATE="
-          f"{os.environ.get('ENVKIT_SANDBOX_CREATE_RATE', '10')})")
+          f"{os.environ.get('ENVKIT_SANDBOX_CREATE_RATE', 'unset: 10 for containers')})")
 
 
 def main() -> None:

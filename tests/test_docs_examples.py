@@ -43,6 +43,9 @@ NOT_RUN_HERE = {
     ("agents.md", "class MyEnvironment(SandboxEpisode"): "an outline of SandboxEpisode's hooks (bodies `...`, the "
                                                        "author's MyAction and TASKS); the coding env and Harbor tasks "
                                                        "are two whole ones, tested as bundled and Harbor envs",
+    ("environments.md", "class Format(Rubric)"): "an outline of a judged environment (`Environment[...]`, a step "
+                                                   "body `...`) and a judge endpoint; tests/test_rubrics.py scores "
+                                                   "the same tree against a judge on 127.0.0.1",
     ("harbor.md", "run_rollout("): "OpenEnv 0.10's venv and a vLLM server",
     ("mcp.md", "MCPToolClient"): "OpenEnv 0.10's venv (tests/test_mcp.py plays the same calls from it)",
     ("mcp.md", "from mcp.client import Client"): "the mcp 2.x venv (tests/test_mcp.py plays the same calls from it)",

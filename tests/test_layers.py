@@ -17,7 +17,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 
 #: The environment contract and the wire protocol: what everything else is written against.
-CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version")
+CONTRACT = ("environment", "tools", "episode_metrics", "protocol", "errors", "model_codec", "transcripts", "version",
+            "owner")
 
 #: Each layer and the layers it may import (besides itself), lowest first.
 ALLOWED: dict[str, set[str]] = {

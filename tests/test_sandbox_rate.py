@@ -51,7 +51,7 @@ def test_open_sandbox_says_the_engine_is_saturated(landlock: None, monkeypatch: 
     monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "0")
     monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_RATE", "0.001")
     monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_WAIT_S", "0")
-    monkeypatch.setattr(base, "CREATION_RATE", CreationRate())
+    monkeypatch.setattr(base.CREATION_RATE, "_next", 0.0)   # a fresh bucket
     with open_sandbox("landlock") as box:
         with pytest.raises(SandboxBusyError, match=r"saturated: starts are limited to 0.001 a second"):
             open_sandbox("landlock")
@@ -80,8 +80,8 @@ def test_warm_refills_yield_to_sessions(landlock: None, monkeypatch: pytest.Monk
     monkeypatch.setenv("ENVKIT_SANDBOX_WARM", "1")
     monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_RATE", "0.001")
     monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_WAIT_S", "5000")
-    monkeypatch.setattr(base, "CREATION_RATE", CreationRate())
+    monkeypatch.setattr(base.CREATION_RATE, "_next", 0.0)   # a fresh bucket
     with open_sandbox("landlock") as box:
         pool = pool_for(("landlock", box.limits), lambda: None)
         wait_until(lambda: pool._filling is None, "the pool's refill to give up")
-        assert (pool.waiting, WARM_SLOTS.held, base.CREATION_RATE.free()) == (0, 0, False)
+        assert (pool.waiting, WARM_SLOTS.held, base.CREATION_RATE.free(0)) == (0, 0, False)

@@ -204,15 +204,16 @@ class CreationRate:
         due = max(self._next, now)
         return due - max(1, int(rate)) * interval + interval - now, due + interval
 
-    def free(self) -> bool:
-        """Whether a start now would not wait (a warm pool refills only then: sessions' starts come first)."""
-        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
+    def free(self, default: float) -> bool:
+        """Whether a start now would not wait (a warm pool refills only then: sessions' starts come first);
+        `default`: the rate when `ENVKIT_SANDBOX_CREATE_RATE` is unset (the backend's `CREATE_RATE`)."""
+        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", default)
         with self._lock:
             return rate == 0 or self._wait(rate)[0] <= 0
 
-    def admit(self) -> None:
+    def admit(self, default: float) -> None:
         """Wait for this start's turn; `SandboxBusyError` if it would come later than the wait allowed."""
-        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", 10)
+        rate = _number("ENVKIT_SANDBOX_CREATE_RATE", default)
         limit = _number("ENVKIT_SANDBOX_CREATE_WAIT_S", 60)
         if rate == 0:
             return
@@ -229,7 +230,7 @@ class CreationRate:
 
 
 #: A sandbox start waits its turn under this process's creation rate: at most `ENVKIT_SANDBOX_CREATE_RATE` a second
-#: (default 10, 0 for no limit), in bursts of up to one second's worth, waiting at most `ENVKIT_SANDBOX_CREATE_WAIT_S`
+#: (0 for no limit; unset, the backend's `CREATE_RATE`: 10 for containers, none for local processes), in bursts of up to one second's worth, waiting at most `ENVKIT_SANDBOX_CREATE_WAIT_S`
 #: (default 60) before `SandboxBusyError`: engines fail at tens of parallel container starts, and hosted ones limit
 #: creation to a few a second.
 CREATION_RATE = CreationRate()
@@ -287,6 +288,8 @@ class Sandbox:
     #: whole world (a task's container) is neither: any path is reachable and its processes keep the engine's
     #: per-process limits, as harbor's task containers do (its cgroups bound memory and processes).
     confined: bool = True
+    #: Starts a second when `ENVKIT_SANDBOX_CREATE_RATE` is unset (0: no limit); an engine's backend sets one.
+    CREATE_RATE: ClassVar[float] = 0.0
 
     def __init__(self, limits: SandboxLimits, channel_dir: str | None = None) -> None:
         self.limits = limits
@@ -359,7 +362,7 @@ class Sandbox:
         argv = self._argv(["python3", "-I", "-S", "-c", BOOTSTRAP, json.dumps(asdict(self.limits)),
                            json.dumps(self._options())])
         try:
-            CREATION_RATE.admit()
+            CREATION_RATE.admit(self.CREATE_RATE)
             if self.channel_dir is not None:
                 share(self.channel_dir, self.host_uid, stat.S_IXOTH)
             self._process = _spawner().submit(

@@ -108,6 +108,8 @@ class DockerSandbox(Sandbox):
     """A container on the Docker engine, started as `options` say."""
 
     backend = "docker"
+    #: Engines fail at tens of parallel container starts, and hosted ones limit creation to a few a second.
+    CREATE_RATE = 10.0
 
     def __init__(self, limits: SandboxLimits, image: str, channel_dir: str | None = None,
                  options: DockerOptions = DockerOptions()) -> None:

@@ -17,8 +17,7 @@ import time
 from collections import deque
 from typing import Callable, Hashable
 
-from . import base
-from .base import Sandbox, SandboxBusyError
+from .base import CREATION_RATE, Sandbox, SandboxBusyError
 
 __all__ = ["WarmPool", "WARM_SLOTS", "pool_for", "close_pools"]
 
@@ -128,12 +127,12 @@ class WarmPool:
                 with self._lock:
                     if self._closed or len(self._ready) >= self.size:
                         return
-                if not base.CREATION_RATE.free():
-                    return          # sessions' starts come first; the next take refills
-                if not WARM_SLOTS.reserve():
-                    return          # the process holds as many waiting sandboxes as it may
+                sandbox = self._make()
+                if not CREATION_RATE.free(sandbox.CREATE_RATE) or not WARM_SLOTS.reserve():
+                    sandbox.close()     # sessions' starts come first, and the process holds as many waiting
+                    return              # sandboxes as it may; the next take refills
                 try:
-                    sandbox = self._make().start().wait_ready()
+                    sandbox.start().wait_ready()
                 except BaseException:
                     WARM_SLOTS.release()
                     raise
