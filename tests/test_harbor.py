@@ -400,6 +400,20 @@ def test_the_oracles_and_the_verifiers_output_reach_the_transcript(tmp_path: Pat
     assert "the tests looked for hello" in turns["submit"]
 
 
+def test_the_oracle_copies_the_solution_with_its_bytes_and_modes(tmp_path: Path) -> None:
+    """examples/harbor_tasks/first-primes: solve.sh runs an executable helper that unpacks a gzip'd answer; harbor's
+    upload keeps both (bytes and modes), and so must the oracle, or the episode fails (or `eval` crashes on the gzip)."""
+    require_engine()
+    task = Path(__file__).resolve().parent.parent / "examples" / "harbor_tasks" / "first-primes"
+    path = tmp_path / "oracle.jsonl"
+    done = subprocess.run([sys.executable, "-m", "envkit.cli", "eval", "--env", str(task), "--policy", "oracle",
+                           "--transcripts", str(path), "-q"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    game = json.loads(path.read_text())
+    assert "unpacked 200 lines to /app/primes.txt" in game["turns"][-2]["result"]
+    assert game["reward"] == 1.0
+
+
 def test_a_missing_absolute_path_is_named_as_given(env: EnvClient) -> None:
     env.reset(task_id="hello")
     assert env.call("read_file", path="/app/missing.txt").text == "refused: no file /app/missing.txt"

@@ -8,6 +8,7 @@ the task's tests and ends the episode with their reward.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -347,16 +348,30 @@ def oracle(seed: int) -> Any:
 
 
 def _oracle_moves(task: HarborTask) -> list[tuple[str, dict[str, Any]]]:
+    """Copy `solution/` byte for byte and mode for mode (as harbor's upload does), run solve.sh, submit.
+
+    Text files go by `write_file`; a file that is not UTF-8 goes as base64 text, decoded in the container; the
+    modes other than 0644 are set before solve.sh runs."""
     moves: list[tuple[str, dict[str, Any]]] = []
+    chmods = []
     for file in sorted(task.solution_dir.rglob("*")):
-        if file.is_file():
-            moves.append(("write_file", {"path": f"/solution/{file.relative_to(task.solution_dir).as_posix()}",
-                                         "content": file.read_text()}))
+        if not file.is_file():
+            continue
+        target = f"/solution/{file.relative_to(task.solution_dir).as_posix()}"
+        data = file.read_bytes()
+        try:
+            moves.append(("write_file", {"path": target, "content": data.decode()}))
+        except UnicodeDecodeError:
+            encoded = shlex.quote(f"{target}.base64")
+            moves.append(("write_file", {"path": f"{target}.base64", "content": base64.b64encode(data).decode()}))
+            moves.append(("run_command", {"command": f"base64 -d {encoded} > {shlex.quote(target)} && rm {encoded}"}))
+        if (mode := file.stat().st_mode & 0o7777) != 0o644:
+            chmods.append(f"chmod {mode:o} {shlex.quote(target)} && ")
     env = " ".join(f"{name}={shlex.quote(value)}" for name, value in
                    {"DEBIAN_FRONTEND": "noninteractive", **task.solution_env}.items())
-    moves.append(("run_command", {"command": f"chmod +x /solution/solve.sh && (env {env} /solution/solve.sh) > "
-                                             f"{ORACLE_LOG} 2>&1; status=$?; tail -c {ORACLE_SHOWN} {ORACLE_LOG}; "
-                                             "exit $status"}))
+    moves.append(("run_command", {"command": f"{''.join(chmods)}chmod +x /solution/solve.sh && "
+                                             f"(env {env} /solution/solve.sh) > {ORACLE_LOG} 2>&1; status=$?; "
+                                             f"tail -c {ORACLE_SHOWN} {ORACLE_LOG}; exit $status"}))
     moves.append(("submit", {}))
     return moves
 
