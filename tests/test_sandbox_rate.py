@@ -33,7 +33,7 @@ def test_starts_beyond_the_rate_wait_their_turn_then_are_refused(monkeypatch: py
 
     def start() -> None:
         try:
-            rate.admit()
+            rate.admit(10)      # ENVKIT_SANDBOX_CREATE_RATE wins over a backend's default
             admitted.append(1)
         except SandboxBusyError as error:
             refused.append(str(error))
@@ -45,6 +45,27 @@ def test_starts_beyond_the_rate_wait_their_turn_then_are_refused(monkeypatch: py
         thread.join()
     assert (len(admitted), len(refused)) == (2, 2)
     assert "ENVKIT_SANDBOX_CREATE_RATE" in refused[0] and "\n" not in refused[0]
+
+
+def test_unset_the_rate_is_the_backends_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no ENVKIT_SANDBOX_CREATE_RATE, a backend's CREATE_RATE applies: containers 10 a second (the 11th start
+    of a burst would wait, refused here as the wait allowed is 0), local sandboxes none."""
+    monkeypatch.delenv("ENVKIT_SANDBOX_CREATE_RATE", raising=False)
+    monkeypatch.setenv("ENVKIT_SANDBOX_CREATE_WAIT_S", "0")
+    from envkit.sandbox.docker import DockerSandbox
+    from envkit.sandbox.local import LocalSandbox
+
+    def refusals(default: float) -> int:
+        rate, refused = CreationRate(), 0
+        for _ in range(30):
+            try:
+                rate.admit(default)
+            except SandboxBusyError:
+                refused += 1
+        return refused
+
+    assert refusals(LocalSandbox.CREATE_RATE) == 0
+    assert 0 < refusals(DockerSandbox.CREATE_RATE) <= 20
 
 
 def test_open_sandbox_says_the_engine_is_saturated(landlock: None, monkeypatch: pytest.MonkeyPatch) -> None:
