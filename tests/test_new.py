@@ -99,7 +99,7 @@ def test_the_rendered_env_validates_without_a_warning_and_evaluates(rendered: Pa
     """Ready out of the box: its own tasks (a test split), episode length and reward range, scripted players."""
     checked = envkit("validate", str(rendered))
     assert checked.returncode == 0, checked.stdout
-    assert checked.stdout.splitlines()[-1] == f"{rendered}: valid (9 checks, 0 failed, 0 warnings)"
+    assert checked.stdout.splitlines()[-1] == f"{rendered}: valid (10 checks, 0 failed, 0 warnings)"
     played = envkit("eval", "--env", str(rendered), "--policy", "random", "--policy", "solver", "--json")
     assert played.returncode == 0, played.stderr
     rows = {row["model"]: row for row in json.loads(played.stdout)["rows"]}
